@@ -1,0 +1,91 @@
+"""Statistics over raw step samples: noise, throughput with a bootstrap CI, and the CI of a ratio of two runs."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+# torch.utils.benchmark calls a measurement noisy when IQR/median exceeds 0.1; probes keep measuring past it.
+NOISE_BAR = 0.1
+BOOTSTRAP_RESAMPLES = 2000
+
+
+def median(values: Sequence[float]) -> float:
+    return float(np.median(values)) if len(values) else float("nan")
+
+
+def iqr(values: Sequence[float]) -> float:
+    if not len(values):
+        return float("nan")
+    q1, q3 = np.percentile(values, [25, 75])
+    return float(q3 - q1)
+
+
+def relative_iqr(values: Sequence[float]) -> float:
+    m = median(values)
+    return iqr(values) / m if m > 0 else float("inf")
+
+
+def wave_noise(step_times: Sequence[float], wave: int) -> float:
+    """IQR/median of step times summed over loader waves of `wave` consecutive steps.
+
+    With k loader workers, batches arrive in waves: one step waits for data, the next k-1 find it ready. Single
+    step times are then bimodal by design and their IQR says nothing about how stable the throughput is; the sum
+    over a wave is what repeats. Needs at least 4 whole waves, else reports infinite noise.
+    """
+    wave = max(1, wave)
+    n_waves = len(step_times) // wave
+    if n_waves < 4:
+        return float("inf")
+    sums = np.asarray(step_times[: n_waves * wave], dtype=float).reshape(n_waves, wave).sum(axis=1)
+    return relative_iqr(sums)
+
+
+def _block_resample_sums(items: np.ndarray, times: np.ndarray, rng: np.random.Generator, n_boot: int):
+    """Moving-block bootstrap sums of items and times.
+
+    Steps are not independent: a loader with k workers delivers batches in waves, so a slow step is followed by
+    fast ones. Resampling blocks of ~sqrt(n) consecutive steps keeps that structure inside each block.
+    """
+    n = len(times)
+    block = max(1, int(round(np.sqrt(n))))
+    n_blocks = -(-n // block)
+    starts = rng.integers(0, n, size=(n_boot, n_blocks))
+    index = (starts[:, :, None] + np.arange(block)) % n  # circular blocks
+    index = index.reshape(n_boot, -1)[:, :n]
+    return items[index].sum(axis=1), times[index].sum(axis=1)
+
+
+def throughput_distribution(items: Sequence[float], times: Sequence[float], seed: int = 0,
+                            n_boot: int = BOOTSTRAP_RESAMPLES) -> np.ndarray:
+    """Bootstrap distribution of items/s over the measured window (total items / total time)."""
+    items_a, times_a = np.asarray(items, dtype=float), np.asarray(times, dtype=float)
+    if len(times_a) == 0 or times_a.sum() <= 0:
+        return np.array([])
+    rng = np.random.default_rng(seed)
+    item_sums, time_sums = _block_resample_sums(items_a, times_a, rng, n_boot)
+    return item_sums / time_sums
+
+
+def throughput_ci(items: Sequence[float], times: Sequence[float], seed: int = 0, level: float = 0.95):
+    """(median, ci_low, ci_high) of the window throughput in items/s; NaNs when there are no samples."""
+    dist = throughput_distribution(items, times, seed)
+    if dist.size == 0:
+        return float("nan"), float("nan"), float("nan")
+    tail = (1 - level) / 2 * 100
+    low, mid, high = np.percentile(dist, [tail, 50, 100 - tail])
+    return float(mid), float(low), float(high)
+
+
+def ratio_ci(a_items: Sequence[float], a_times: Sequence[float], b_items: Sequence[float],
+             b_times: Sequence[float], seed: int = 0, level: float = 0.95):
+    """(median, ci_low, ci_high) of throughput(B) / throughput(A), resampling both runs independently."""
+    a = throughput_distribution(a_items, a_times, seed)
+    b = throughput_distribution(b_items, b_times, seed + 1)
+    if a.size == 0 or b.size == 0:
+        return float("nan"), float("nan"), float("nan")
+    ratio = b / a
+    tail = (1 - level) / 2 * 100
+    low, mid, high = np.percentile(ratio, [tail, 50, 100 - tail])
+    return float(mid), float(low), float(high)

@@ -1,0 +1,28 @@
+"""The `tune-advisor` command line: one module per command, registered explicitly below."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from . import analyze, probe
+from ._common import state
+
+app = typer.Typer(
+    help="Measure which training settings make a PyTorch model train fastest on this machine.",
+    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _root(debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors.")) -> None:
+    state.debug = debug
+
+
+app.command("analyze", help=analyze.__doc__)(analyze.command)
+app.command("probe", help=probe.__doc__)(probe.command)
+
+
+def main() -> None:
+    sys.exit(app())

@@ -1,0 +1,53 @@
+"""What every command shares: error handling with exit codes, output streams, settings parsing."""
+
+from __future__ import annotations
+
+import functools
+import traceback
+from dataclasses import dataclass
+
+import typer
+from rich.console import Console
+
+from ..errors import TuneAdvisorError, UsageError
+
+EXIT_INTERRUPTED = 130
+
+
+@dataclass
+class State:
+    debug: bool = False
+
+
+state = State()
+err = Console(stderr=True, highlight=False)
+
+
+def handle_errors(fn):
+    """Turn TuneAdvisorError into its message and exit code; Ctrl-C into exit 130. Tracebacks only with --debug."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except TuneAdvisorError as exc:
+            if state.debug:
+                err.print(traceback.format_exc(), markup=False)
+            err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            err.print("interrupted: the running probe was stopped; finished probes are in results.json")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+
+    return wrapper
+
+
+def parse_sets(pairs: list[str]) -> dict[str, str]:
+    """['batch_size=64', 'amp=bf16'] -> {'batch_size': '64', 'amp': 'bf16'} (values are parsed by the knobs)."""
+    settings = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"--set {pair!r}: expected KNOB=VALUE, e.g. --set batch_size=64")
+        settings[name.strip()] = value.strip()
+    return settings

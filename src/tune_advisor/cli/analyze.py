@@ -1,0 +1,72 @@
+"""Plan and run probes over the knobs, recommend the fastest settings, and save results.json."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from .. import api, knobs
+from ..probe.spec import Protocol
+from ..render.terminal import analysis_summary, probe_line
+from ._common import err, handle_errors
+
+
+@handle_errors
+def command(
+    file: Path = typer.Argument(..., help="The workload file (defines build_model() and build_dataset())."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder [default: tune-advisor-report/<stem>]."),
+    device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
+    budget: str = typer.Option("15m", help="Wall-time budget of the whole analysis (e.g. 5m, 90s)."),
+    probe_timeout: str = typer.Option("120s", help="Wall-clock limit of each probe."),
+    max_memory: Optional[str] = typer.Option(None, help="Memory budget for the batch ladder (e.g. 8GiB) "
+                                                        "[default on CPU: 80% of the memory available]."),
+    min_time: float = typer.Option(1.0, help="Measure each probe at least this many seconds after warm-up."),
+    min_steps: int = typer.Option(10, help="Measure each probe at least this many steps after warm-up."),
+    warmup: int = typer.Option(3, help="Warm-up steps excluded from the timing."),
+    seed: int = typer.Option(0, help="Seed for the model, data order and sampling."),
+    json_out: bool = typer.Option(False, "--json", help="Print results.json to stdout when done."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors (and --json output)."),
+) -> None:
+    """Plan and run probes over the knobs, recommend the fastest settings, and save results.json."""
+    protocol = Protocol(warmup_steps=warmup, min_steps=min_steps, min_time_s=min_time)
+    show = not (quiet or json_out)
+    started = time.monotonic()
+    status = err.status("inspecting the workload…") if show else None
+    state = {"baseline": None, "n": 0}
+
+    def on_start(info, session):
+        state["baseline"] = info.baseline
+        if show:
+            err.print(f"[bold]{file}[/]: {info.facts.model_class}, {info.facts.parameters:,} parameters; "
+                      f"baseline {knobs.describe(info.baseline)}")
+
+    def on_probe_start(probe_id, settings, role):
+        state["n"] += 1
+        if status is not None:
+            left = f", budget left {max(0.0, api.parse_duration(budget) - (time.monotonic() - started)):.0f} s"
+            status.update(f"probe {state['n']} ({role}): {knobs.describe(settings, state['baseline'])} — "
+                          f"{time.monotonic() - started:.0f} s elapsed{left}")
+
+    def on_probe(result, session):
+        if show:
+            err.print(probe_line(result, state["baseline"]), markup=False)
+
+    if status is not None:
+        status.start()
+    try:
+        result = api.analyze(file, out=out, device=device, budget=budget, probe_timeout=probe_timeout,
+                             max_memory=max_memory, protocol=protocol, seed=seed, command=sys.argv,
+                             on_start=on_start, on_probe=on_probe, on_probe_start=on_probe_start)
+    finally:
+        if status is not None:
+            status.stop()
+    if json_out:
+        print(json.dumps(result.document, indent=1))
+    elif not quiet:
+        analysis_summary(result, Console())

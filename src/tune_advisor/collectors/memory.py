@@ -1,0 +1,51 @@
+"""Peak resident memory of a process and all its descendants (the probe child and its loader workers).
+
+Sampled from the parent so that a child killed mid-step still has a peak, and so that sampling costs the timed
+steps nothing but a few /proc reads per interval.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import psutil
+
+INTERVAL_S = 0.05
+
+
+class TreeMemorySampler:
+    def __init__(self, pid: int, interval_s: float = INTERVAL_S):
+        self.pid, self.interval_s = pid, interval_s
+        self.peak_bytes = 0
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"memory-sampler-{pid}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def sample(self) -> int:
+        """RSS of the tree now, in bytes (shared copy-on-write pages of forked workers count once per process)."""
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return 0
+        total = 0
+        for p in procs:
+            try:
+                total += p.memory_info().rss
+            except psutil.Error:
+                continue
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            current = self.sample()
+            self.samples += 1
+            self.peak_bytes = max(self.peak_bytes, current)
+            self._stop.wait(self.interval_s)

@@ -1,0 +1,97 @@
+"""What machine a run measured: recorded in results.json, and hashed into a fingerprint for comparisons."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import sys
+from typing import Any
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_flags() -> list[str]:
+    """The CPU features that decide whether bf16 is fast on the CPU."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return sorted(flags & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
+    except OSError:
+        pass
+    return []
+
+
+def resolve_device(requested: str) -> str:
+    """'auto' -> 'cuda' when torch sees a GPU, else 'cpu'."""
+    import torch
+
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested.startswith("cuda") and not torch.cuda.is_available():
+        from .errors import UsageError
+
+        raise UsageError(f"--device {requested}: torch sees no CUDA device here (torch {torch.__version__})")
+    return requested
+
+
+def collect(device: str) -> dict[str, Any]:
+    import torch
+
+    gpu = None
+    device_name = cpu_model()
+    if device.startswith("cuda"):
+        props = torch.cuda.get_device_properties(torch.device(device))
+        device_name = props.name
+        gpu = {"name": props.name, "driver": _nvidia_driver(), "memory_total_bytes": props.total_memory,
+               "capability": f"{props.major}.{props.minor}", "cuda": torch.version.cuda,
+               "bf16_supported": torch.cuda.is_bf16_supported()}
+    env = {
+        "device": device.split(":")[0],
+        "device_name": device_name,
+        "cpu_model": cpu_model(),
+        "cpu_flags": cpu_flags(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "gpu": gpu,
+    }
+    env["fingerprint"] = fingerprint(env)
+    return env
+
+
+def fingerprint(env: dict[str, Any]) -> str:
+    """Stable hash of the facts that change measured speed (not of the hostname or the date)."""
+    keys = ("device", "device_name", "cpu_model", "cpu_count", "torch")
+    facts = {k: env.get(k) for k in keys}
+    if env.get("gpu"):
+        facts["gpu"] = {k: env["gpu"].get(k) for k in ("name", "driver", "memory_total_bytes")}
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _nvidia_driver() -> str | None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            version = pynvml.nvmlSystemGetDriverVersion()
+            return version.decode() if isinstance(version, bytes) else version
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # NVML absent or unusable: the driver is then simply unknown
+        return None

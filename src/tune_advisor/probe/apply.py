@@ -1,0 +1,153 @@
+"""How each knob is applied inside the probe child (the catalogue and applicability live in `knobs.py`)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Mapping
+
+import torch
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+
+
+def loader_kwargs(settings: Mapping[str, Any], device_type: str) -> dict[str, Any]:
+    """DataLoader arguments for these settings."""
+    return {
+        "batch_size": settings["batch_size"],
+        "num_workers": settings["num_workers"],
+        "pin_memory": bool(settings["pin_memory"]) and device_type == "cuda",
+    }
+
+
+def autocast(settings: Mapping[str, Any], device_type: str):
+    """The autocast context of the `amp` knob (a null context when off)."""
+    if settings["amp"] == "off":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if settings["amp"] == "bf16" else torch.float16
+    return torch.autocast(device_type=device_type, dtype=dtype)
+
+
+def grad_scaler(settings: Mapping[str, Any], device_type: str):
+    """A GradScaler for fp16 on CUDA (fp16 gradients underflow without one); None otherwise."""
+    if settings["amp"] == "fp16" and device_type == "cuda":
+        return torch.amp.GradScaler("cuda")
+    return None
+
+
+def configure_backends(settings: Mapping[str, Any], device_type: str) -> None:
+    if device_type == "cuda":
+        torch.backends.cudnn.benchmark = bool(settings["cudnn_benchmark"])
+
+
+def prepare_model(model, settings: Mapping[str, Any], device) -> dict[str, Any]:
+    """Move the model to `device` and apply channels_last and checkpointing. Returns what was done."""
+    done: dict[str, Any] = {}
+    model.to(device)
+    if settings["channels_last"]:
+        model.to(memory_format=torch.channels_last)
+    if settings["checkpointing"]:
+        done["checkpointing"] = enable_checkpointing(model)
+    model.train()
+    return done
+
+
+def enable_checkpointing(model) -> dict[str, Any]:
+    """Hugging Face models use their own switch; other models get their repeated blocks wrapped."""
+    if getattr(model, "supports_gradient_checkpointing", False) and hasattr(model, "gradient_checkpointing_enable"):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return {"method": "hf gradient_checkpointing_enable()"}
+    found = find_repeated_blocks(model)
+    if found is None:
+        raise RuntimeError("checkpointing: the model has no repeated blocks to checkpoint")
+    path, container, indices = found
+    for i in indices:
+        if not isinstance(container[i], CheckpointedBlock):
+            container[i] = CheckpointedBlock(container[i])
+    return {"method": "torch.utils.checkpoint", "container": path, "blocks": len(indices)}
+
+
+def find_repeated_blocks(model):
+    """The ModuleList/Sequential holding the most parameters in >= 2 same-class composite children.
+
+    Returns (qualified name, container, child indices) or None. Leaf layers (a lone Conv2d) are not blocks:
+    checkpointing them saves nothing worth the recompute.
+    """
+    best, best_params = None, 0
+    for path, module in model.named_modules():
+        if not isinstance(module, (nn.ModuleList, nn.Sequential)):
+            continue
+        groups: dict[type, list[int]] = {}
+        for i, child in enumerate(module):
+            inner = child.block if isinstance(child, CheckpointedBlock) else child
+            if not any(True for _ in inner.children()):
+                continue
+            groups.setdefault(type(inner), []).append(i)
+        for cls, indices in groups.items():
+            if len(indices) < 2:
+                continue
+            params = sum(p.numel() for i in indices for p in module[i].parameters())
+            if params > best_params:
+                best, best_params = (path or "<model>", module, indices), params
+    return best
+
+
+def describe_repeated_blocks(model) -> str | None:
+    found = find_repeated_blocks(model)
+    if found is None:
+        return None
+    path, container, indices = found
+    return f"{path}: {len(indices)} x {type(block_at(container, indices[0])).__name__}"
+
+
+def block_at(container, index: int) -> nn.Module:
+    """The user's block at `index`, unwrapped from a CheckpointedBlock."""
+    child = container[index]
+    return child.block if isinstance(child, CheckpointedBlock) else child
+
+
+class CheckpointedBlock(nn.Module):
+    """Runs the wrapped block under torch.utils.checkpoint: its activations are recomputed in backward."""
+
+    def __init__(self, block: nn.Module):
+        super().__init__()
+        self.block = block
+
+    def forward(self, *args, **kwargs):
+        return checkpoint(self.block, *args, use_reentrant=False, **kwargs)
+
+
+def to_device(batch: Any, device: torch.device, non_blocking: bool, channels_last: bool) -> Any:
+    """Move every tensor inside `batch` (tuples, lists, dicts, nested) to `device`.
+
+    With channels_last, 4-D and 5-D floating inputs are converted too: a channels_last model fed NCHW inputs
+    pays a layout conversion in its first convolution.
+    """
+    if isinstance(batch, torch.Tensor):
+        moved = batch.to(device, non_blocking=non_blocking)
+        if channels_last and moved.is_floating_point():
+            if moved.dim() == 4:
+                moved = moved.contiguous(memory_format=torch.channels_last)
+            elif moved.dim() == 5:
+                moved = moved.contiguous(memory_format=torch.channels_last_3d)
+        return moved
+    if isinstance(batch, dict):
+        return type(batch)((k, to_device(v, device, non_blocking, channels_last)) for k, v in batch.items())
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
+        return type(batch)(*(to_device(v, device, non_blocking, channels_last) for v in batch))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(v, device, non_blocking, channels_last) for v in batch)
+    if hasattr(batch, "to") and hasattr(batch, "keys"):  # transformers BatchEncoding and the like
+        return batch.to(device)
+    return batch
+
+
+def first_tensor(batch: Any) -> torch.Tensor | None:
+    """The first tensor found in a (nested) batch, depth first."""
+    if isinstance(batch, torch.Tensor):
+        return batch
+    values = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ()
+    for value in values:
+        found = first_tensor(value)
+        if found is not None:
+            return found
+    return None

@@ -1,0 +1,412 @@
+"""Runs inside the probe child process: load the workload, apply the settings, train and time a few steps.
+
+Invoked as `python -m tune_advisor.probe.child SPEC.json RESULT.json`. Always tries to leave RESULT.json behind
+(written atomically); the parent classifies a missing one (signal, hard exit) itself. While it works, the child
+writes what it is doing to RESULT.json.phase so that a probe killed at its time limit can say where it was stuck.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .. import workload as wl_mod
+from ..errors import WorkloadError
+from .spec import ProbeSpec
+from .result import Status
+
+OOM_MARKERS = ("can't allocate memory", "out of memory", "DefaultCPUAllocator")
+
+
+class Diverged(Exception):
+    pass
+
+
+class Phase:
+    """Writes the current phase next to the result file (read by the parent on a timeout)."""
+
+    def __init__(self, result_path: Path):
+        self.path = result_path.with_name(result_path.name + ".phase")
+
+    def __call__(self, text: str) -> None:
+        try:
+            self.path.write_text(text)
+        except OSError:
+            pass  # a phase note is a courtesy; it must never fail the probe
+
+
+def main(argv: list[str]) -> int:
+    spec = ProbeSpec.from_json(Path(argv[0]).read_text())
+    result_path = Path(argv[1])
+    phase = Phase(result_path)
+    if spec.mode == "inspect":
+        result = inspect_workload(spec, phase)
+    else:
+        result = run_probe(spec, phase)
+    write_json_atomic(result_path, result)
+    return 0
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, allow_nan=False, default=str))
+    os.replace(tmp, path)
+
+
+def classify(exc: BaseException, path: Path) -> tuple[Status, str]:
+    """Map an exception to a probe status and a one-line cause naming the user's frame when there is one."""
+    import torch
+
+    if isinstance(exc, WorkloadError):
+        return Status.ERROR, str(exc)
+    summary = wl_mod.exception_summary(exc)
+    line, func = wl_mod.user_frame(exc, path)
+    where = f" ({path.name}:{line} in {func})" if line else ""
+    if "DataLoader worker" in str(exc):
+        where += " in a DataLoader worker"
+    oom_type = getattr(torch, "OutOfMemoryError", None)
+    if isinstance(exc, MemoryError) or (oom_type and isinstance(exc, oom_type)) or any(
+            m in str(exc) for m in OOM_MARKERS):
+        return Status.OOM, summary.splitlines()[0][:400] + where
+    return Status.ERROR, summary[:600] + where
+
+
+# --- inspect ----------------------------------------------------------------------------------------------------
+
+
+def inspect_workload(spec: ProbeSpec, phase: Phase) -> dict[str, Any]:
+    """Load the workload and report its facts, or the load error (the parent turns it into exit code 2)."""
+    try:
+        return {"status": "ok", **_inspect(spec, phase)}
+    except WorkloadError as exc:
+        return {"status": "load_error", "error": {"cause": exc.cause, "fix": exc.fix, "line": exc.line}}
+
+
+def _inspect(spec: ProbeSpec, phase: Phase) -> dict[str, Any]:
+    import torch
+    from torch.utils.data import DataLoader, IterableDataset
+
+    from . import apply
+
+    phase("importing the workload file")
+    wl = wl_mod.load(spec.workload)
+    shown = spec.workload
+    phase("building the model")
+    model = wl.call("build_model")
+    if not isinstance(model, torch.nn.Module):
+        raise WorkloadError(shown, f"build_model() returned a {type(model).__name__}, not a torch.nn.Module",
+                            "return the model instance from build_model()")
+    phase("building the dataset")
+    dataset = wl.call("build_dataset")
+    if not (hasattr(dataset, "__getitem__") or hasattr(dataset, "__iter__")):
+        raise WorkloadError(shown, f"build_dataset() returned a {type(dataset).__name__}, not a Dataset",
+                            "return a torch.utils.data.Dataset (map-style or IterableDataset)")
+    conv = sum(isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d)) for m in model.modules())
+    facts = {
+        "model_class": type(model).__name__,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "conv_layers": conv,
+        "repeated_blocks": apply.describe_repeated_blocks(model),
+        "hf_checkpointing": bool(getattr(model, "supports_gradient_checkpointing", False)),
+        "iterable_dataset": isinstance(dataset, IterableDataset),
+        "dataset_len": _safe_len(dataset),
+    }
+
+    phase("reading a first batch of 2 samples")
+    try:
+        batch = next(iter(DataLoader(dataset, batch_size=2, collate_fn=wl.collate_fn)))
+    except StopIteration:
+        raise WorkloadError(shown, "the dataset yields no batch", "build_dataset() must return a non-empty dataset")
+    except Exception as exc:
+        line, _ = wl_mod.user_frame(exc, wl.path)
+        raise WorkloadError(shown, f"reading a first batch raised {wl_mod.exception_summary(exc)}",
+                            "check the dataset's __getitem__/__iter__ and collate_fn", line=line) from exc
+    facts["batch_kind"] = wl_mod.batch_kind(batch)
+    if wl.compute_loss is None and facts["batch_kind"] not in ("dict", "pair"):
+        raise WorkloadError(shown, f"the batch is a {facts['batch_kind']}, which the default loss cannot handle",
+                            wl_mod.BATCH_FIX)
+
+    phase("computing the loss on a first batch")
+    device = torch.device(spec.device)
+    model.to(device).train()
+    loss_fn = wl.compute_loss or wl_mod.default_loss
+    try:
+        loss = loss_fn(model, apply.to_device(batch, device, False, False))
+    except wl_mod.BatchError as exc:
+        raise WorkloadError(shown, str(exc), wl_mod.BATCH_FIX) from None
+    except Exception as exc:
+        line, _ = wl_mod.user_frame(exc, wl.path)
+        raise WorkloadError(shown, f"computing the loss on a first batch of 2 raised {wl_mod.exception_summary(exc)}",
+                            "make one training step run by hand first", line=line) from exc
+    if not (isinstance(loss, torch.Tensor) and loss.numel() == 1):
+        raise WorkloadError(shown, f"the loss is a {type(loss).__name__}, not a scalar tensor",
+                            "compute_loss(model, batch) must return a scalar tensor")
+    return {
+        "facts": facts,
+        "baseline": wl.baseline,
+        "search": wl.search,
+        "item_name": wl.item_name,
+        "optional": [n for n in ("compute_loss", "build_optimizer", "collate_fn", "count_items")
+                     if getattr(wl, n) is not None],
+    }
+
+
+def _safe_len(dataset) -> int | None:
+    try:
+        return len(dataset)
+    except Exception:  # IterableDatasets often have no length
+        return None
+
+
+# --- probe ------------------------------------------------------------------------------------------------------
+
+
+def run_probe(spec: ProbeSpec, phase: Phase) -> dict[str, Any]:
+    """Measure one configuration; never raises (a failure is a status)."""
+    started = time.perf_counter()
+    raw: dict[str, list] = {"step_s": [], "data_wait_s": [], "h2d_s": [], "items": [], "loss": []}
+    out: dict[str, Any] = {"status": Status.OK.value, "error": None, "raw": raw, "applied": {}, "extra": {}}
+    path = Path(spec.workload)
+    try:
+        _measure(spec, phase, out)
+    except Diverged as exc:
+        out["status"], out["error"] = Status.DIVERGED.value, str(exc)
+    except SystemExit as exc:
+        out["status"], out["error"] = Status.ERROR.value, f"the workload called sys.exit({exc.code})"
+    except BaseException as exc:  # noqa: BLE001 — any failure of user code is a probe outcome
+        status, message = classify(exc, path)
+        out["status"], out["error"] = status.value, message
+    out["extra"]["child_wall_s"] = time.perf_counter() - started
+    out["memory"] = _memory_peaks(spec.device)
+    return out
+
+
+def _memory_peaks(device: str) -> dict[str, Any]:
+    peaks = {"child_maxrss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+    if device.startswith("cuda"):
+        import torch
+
+        peaks["cuda_max_allocated_bytes"] = torch.cuda.max_memory_allocated()
+        peaks["cuda_max_reserved_bytes"] = torch.cuda.max_memory_reserved()
+    return peaks
+
+
+def _seed(seed: int) -> None:
+    import torch
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed)
+    except ImportError:
+        pass
+
+
+def _measure(spec: ProbeSpec, phase: Phase, out: dict[str, Any]) -> None:
+    import psutil
+    import torch
+    from torch.utils.data import DataLoader, IterableDataset
+
+    from ..analysis.stats import wave_noise
+    from . import apply
+
+    settings, proto, raw, applied = spec.settings, spec.protocol, out["raw"], out["applied"]
+    device = torch.device(spec.device)
+    phase("importing the workload file")
+    wl = wl_mod.load(spec.workload)
+    out["unit"] = f"{wl.item_name}/s"
+    _seed(spec.seed)
+
+    phase("building the model and dataset")
+    model = wl.call("build_model")
+    dataset = wl.call("build_dataset")
+    apply.configure_backends(settings, device.type)
+    applied.update(apply.prepare_model(model, settings, device))
+    optimizer = (wl.call("build_optimizer", model.parameters()) if wl.build_optimizer
+                 else torch.optim.AdamW(model.parameters(), lr=1e-3))
+    scaler = apply.grad_scaler(settings, device.type)
+    loss_fn = wl.compute_loss or wl_mod.default_loss
+    iterable = isinstance(dataset, IterableDataset)
+    loader = DataLoader(dataset, shuffle=not iterable, collate_fn=wl.collate_fn,
+                        generator=None if iterable else torch.Generator().manual_seed(spec.seed),
+                        **apply.loader_kwargs(settings, device.type))
+    non_blocking = loader.pin_memory
+    channels_last = bool(settings["channels_last"])
+    cuda = device.type == "cuda"
+    evidence = Evidence(model, settings)
+
+    batches = iter(loader)
+    epochs = 0
+
+    def next_batch():
+        nonlocal batches, epochs
+        try:
+            return next(batches)
+        except StopIteration:  # epoch boundary: a new iterator (and new workers) as training would
+            epochs += 1
+            batches = iter(loader)
+            return next(batches)
+
+    def one_step(step: int, record: bool) -> float:
+        t0 = time.perf_counter()
+        host_batch = next_batch()
+        t1 = time.perf_counter()
+        batch = apply.to_device(host_batch, device, non_blocking, channels_last)
+        t2 = time.perf_counter()
+        with apply.autocast(settings, device.type):
+            loss = loss_fn(model, batch)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        value = loss.detach().float().item()  # also synchronises the device
+        if cuda:
+            torch.cuda.synchronize()
+        t3 = time.perf_counter()
+        if step == 0:
+            evidence.after_first_step(host_batch, batch, loader, batches)
+        if not math.isfinite(value):
+            raw["loss"].append(value)
+            kind = "warm-up " if not record else ""
+            raise Diverged(f"loss became {value} at {kind}step {step + 1}")
+        if record:
+            raw["step_s"].append(t3 - t0)
+            raw["data_wait_s"].append(t1 - t0)
+            raw["h2d_s"].append(t2 - t1)
+            raw["items"].append(_count_items(wl, host_batch))
+            raw["loss"].append(value)
+        return t3 - t0
+
+    phase(f"warm-up: waiting for the first batch ({settings['num_workers']} loader workers)")
+    warmup_start = time.perf_counter()
+    for step in range(proto.warmup_steps):
+        one_step(step, record=False)
+        phase(f"warm-up step {step + 1} of {proto.warmup_steps} done")
+    out["extra"]["warmup_s"] = time.perf_counter() - warmup_start
+
+    phase("measuring")
+    me = psutil.Process()
+    cpu_before = _tree_cpu_seconds(me)
+    measure_start = time.perf_counter()
+    step = proto.warmup_steps
+    while True:
+        one_step(step, record=True)
+        step += 1
+        n, elapsed = len(raw["step_s"]), time.perf_counter() - measure_start
+        if n >= proto.max_steps or elapsed >= proto.max_time_s:
+            break
+        if (n >= proto.min_steps and elapsed >= proto.min_time_s
+                and wave_noise(raw["step_s"], settings["num_workers"]) <= proto.noise_bar):
+            break
+    measured_wall = time.perf_counter() - measure_start
+    cpu_used = _tree_cpu_seconds(me) - cpu_before
+    out["extra"].update({
+        "measured_wall_s": measured_wall,
+        "cpu_util": cpu_used / measured_wall / (psutil.cpu_count() or 1) if measured_wall > 0 else None,
+        "epochs_started": epochs,
+        "torch_threads": torch.get_num_threads(),
+        "noise": wave_noise(raw["step_s"], settings["num_workers"]),
+    })
+    applied.update(evidence.report())
+    phase("done")
+
+
+def _count_items(wl, host_batch) -> float:
+    from .apply import first_tensor
+
+    if wl.count_items is not None:
+        return float(wl.count_items(host_batch))
+    tensor = first_tensor(host_batch)
+    return float(tensor.shape[0]) if tensor is not None and tensor.dim() > 0 else 1.0
+
+
+def _tree_cpu_seconds(proc) -> float:
+    """CPU seconds of this process and its live children (loader workers)."""
+    total = 0.0
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except Exception:  # a worker may exit between listing and reading
+            pass
+    return total
+
+
+class Evidence:
+    """Records, during the first step, proof that each knob took effect inside this process."""
+
+    def __init__(self, model, settings):
+        import torch
+
+        self.model, self.settings = model, settings
+        self.dtypes: set[str] = set()
+        self.block_calls = 0
+        self.facts: dict[str, Any] = {}
+        self.hooks = []
+        for module in model.modules():
+            if isinstance(module, (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)):
+                self.hooks.append(module.register_forward_hook(self._record_dtype))
+        block = self._first_block()
+        if block is not None:  # a checkpointed block runs forward twice per step: once more in backward
+            self.hooks.append(block.register_forward_pre_hook(self._count_block))
+
+    def _first_block(self):
+        from . import apply
+
+        found = apply.find_repeated_blocks(self.model)
+        if found is None:
+            return None
+        _, container, indices = found
+        return apply.block_at(container, indices[0])
+
+    def _record_dtype(self, module, inputs, output):
+        if hasattr(output, "dtype"):
+            self.dtypes.add(str(output.dtype).replace("torch.", ""))
+
+    def _count_block(self, module, inputs):
+        self.block_calls += 1
+
+    def after_first_step(self, host_batch, device_batch, loader, batches) -> None:
+        import psutil
+        import torch
+
+        from .apply import first_tensor
+
+        for hook in self.hooks:
+            hook.remove()
+        convs = [m for m in self.model.modules() if isinstance(m, torch.nn.Conv2d)]
+        host_tensor, device_tensor = first_tensor(host_batch), first_tensor(device_batch)
+        self.facts = {
+            "compute_dtypes": sorted(self.dtypes),
+            "block_forwards_per_step": self.block_calls if self.block_calls else None,
+            "conv_weights_channels_last": sum(
+                m.weight.is_contiguous(memory_format=torch.channels_last) for m in convs) if convs else None,
+            "conv_layers": len(convs),
+            "input_channels_last": (device_tensor.is_contiguous(memory_format=torch.channels_last)
+                                    if device_tensor is not None and device_tensor.dim() == 4 else None),
+            "loader_workers": len(getattr(batches, "_workers", [])),
+            "child_processes": len(psutil.Process().children()),
+            "batch_pinned": bool(host_tensor.is_pinned()) if host_tensor is not None and loader.pin_memory else False,
+            "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+            "hf_gradient_checkpointing": getattr(self.model, "is_gradient_checkpointing", None),
+        }
+
+    def report(self) -> dict[str, Any]:
+        return self.facts
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

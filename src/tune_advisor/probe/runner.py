@@ -1,0 +1,175 @@
+"""Spawns one probe child, enforces its wall-clock limit, samples its memory, and classifies how it ended."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from ..collectors.memory import TreeMemorySampler
+from .result import ProbeResult, Status
+from .spec import ProbeSpec
+
+SIGNAL_NAMES = {signal.SIGSEGV: "SIGSEGV (segmentation fault)", signal.SIGABRT: "SIGABRT (abort)",
+                signal.SIGBUS: "SIGBUS (bus error)", signal.SIGFPE: "SIGFPE (arithmetic fault)",
+                signal.SIGILL: "SIGILL (illegal instruction)", signal.SIGKILL: "SIGKILL"}
+# A child killed by SIGKILL that we did not send, with its memory near the machine's total, met the OOM killer.
+OOM_KILLER_FRACTION = 0.85
+
+
+class ChildRun:
+    """One finished child process: how it exited and what it left behind."""
+
+    def __init__(self, returncode: int | None, result: dict | None, timed_out: bool, peak_bytes: int,
+                 killed: int, phase: str, log_tail: str, wall_s: float):
+        self.returncode, self.result, self.timed_out = returncode, result, timed_out
+        self.peak_bytes, self.killed, self.phase, self.log_tail, self.wall_s = (
+            peak_bytes, killed, phase, log_tail, wall_s)
+
+
+def spawn_child(spec: ProbeSpec, workdir: Path, python: str = sys.executable) -> ChildRun:
+    """Run `tune_advisor.probe.child` for `spec` in its own session (= process group) and wait for it."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    spec_path = workdir / f"{spec.id}.spec.json"
+    result_path = workdir / f"{spec.id}.result.json"
+    phase_path = result_path.with_name(result_path.name + ".phase")
+    log_path = workdir / f"{spec.id}.log"
+    for stale in (result_path, phase_path):
+        stale.unlink(missing_ok=True)
+    spec_path.write_text(spec.to_json())
+    env = dict(os.environ, PYTHONFAULTHANDLER="1", PYTHONUNBUFFERED="1")
+    # The child imports tune_advisor from wherever this process found it, installed or not.
+    package_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+
+    started = time.monotonic()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [python, "-m", "tune_advisor.probe.child", str(spec_path), str(result_path)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: loader workers die with it
+        )
+        sampler = TreeMemorySampler(proc.pid)
+        sampler.start()
+        timed_out, killed = False, 0
+        try:
+            while True:
+                try:
+                    proc.wait(timeout=0.1)
+                    break
+                except subprocess.TimeoutExpired:
+                    if time.monotonic() - started > spec.timeout_s:
+                        timed_out = True
+                        killed = kill_group(proc.pid)
+                        proc.wait()
+                        break
+        except BaseException:  # Ctrl-C or any error here: leave nothing running behind us
+            kill_group(proc.pid)
+            proc.wait()
+            raise
+        finally:
+            sampler.stop()
+            # Workers can outlive a crashed child; the group is killed either way.
+            kill_group(proc.pid)
+    wall = time.monotonic() - started
+
+    result = None
+    if result_path.exists():
+        try:
+            result = json.loads(result_path.read_text())
+        except json.JSONDecodeError:
+            result = None
+    phase = phase_path.read_text() if phase_path.exists() else ""
+    return ChildRun(proc.returncode, result, timed_out, sampler.peak_bytes, killed, phase,
+                    _tail(log_path), wall)
+
+
+def kill_group(pgid: int) -> int:
+    """SIGKILL every process in the group `pgid`; returns how many were alive."""
+    members = 0
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if os.getpgid(p.pid) == pgid:
+                members += 1
+        except (ProcessLookupError, PermissionError):
+            continue
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    return members
+
+
+def run_probe(spec: ProbeSpec, workdir: Path, role: str = "") -> ProbeResult:
+    """Run one probe child and turn however it ended into a ProbeResult."""
+    run = spawn_child(spec, workdir)
+    res = run.result or {}
+    result = ProbeResult(
+        id=spec.id, settings=dict(spec.settings), status=Status(res.get("status", Status.CRASHED.value)),
+        error=res.get("error"), raw=res.get("raw") or {}, unit=res.get("unit", "samples/s"),
+        applied=res.get("applied") or {}, extra=res.get("extra") or {}, gpu=res.get("gpu"),
+        wall_s=run.wall_s, role=role, seed=spec.seed,
+    )
+    memory = dict(res.get("memory") or {})
+    memory["sampled_tree_peak_bytes"] = run.peak_bytes
+    result.memory = memory
+    result.peak_memory_bytes = peak_memory(memory, spec.device)
+
+    if run.timed_out:
+        result.status = Status.TIMEOUT
+        where = f" (last phase: {run.phase})" if run.phase else ""
+        result.error = (f"no result within the {spec.timeout_s:g} s limit{where}; killed the probe's "
+                        f"process group ({run.killed} process{'es' if run.killed != 1 else ''})")
+    elif run.result is None:
+        result.status, result.error = classify_exit(run, spec)
+    return result
+
+
+def classify_exit(run: ChildRun, spec: ProbeSpec) -> tuple[Status, str]:
+    """Why a child left no result: a signal, the OOM killer, or a hard exit."""
+    where = f" during: {run.phase}" if run.phase else ""
+    rc = run.returncode
+    if rc is not None and rc < 0:
+        sig = -rc
+        if sig == signal.SIGKILL and run.peak_bytes > OOM_KILLER_FRACTION * psutil.virtual_memory().total:
+            return Status.OOM, (f"killed by the kernel's OOM killer at {run.peak_bytes / 2**30:.1f} GiB "
+                                f"resident{where}")
+        name = SIGNAL_NAMES.get(sig, f"signal {sig}")
+        frame = _user_frame_from_log(run.log_tail, spec.workload)
+        return Status.CRASHED, f"killed by {name}{where}{frame}"
+    return Status.CRASHED, f"exited with code {rc} without a result{where}" + (
+        f"; output ends: {run.log_tail.strip().splitlines()[-1][:200]}" if run.log_tail.strip() else "")
+
+
+def _user_frame_from_log(log_tail: str, workload: str) -> str:
+    """faulthandler prints the Python stack on a fatal signal: point at the innermost line in the user's file."""
+    name = Path(workload).name
+    for line in log_tail.splitlines():
+        if name in line and "line" in line:
+            return f" at {name}:{line.split('line')[-1].split()[0].strip(',')}"
+    return ""
+
+
+def peak_memory(memory: dict[str, Any], device: str) -> int | None:
+    """CUDA: the allocator peak. CPU: the larger of the sampled tree RSS and the child's own exact maxrss."""
+    if device.startswith("cuda") and "cuda_max_allocated_bytes" in memory:
+        return memory["cuda_max_allocated_bytes"]
+    candidates = [memory.get("sampled_tree_peak_bytes") or 0, memory.get("child_maxrss_bytes") or 0]
+    return max(candidates) or None
+
+
+def _tail(path: Path, limit: int = 4000) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - limit))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""

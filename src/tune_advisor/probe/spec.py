@@ -1,0 +1,40 @@
+"""What a probe is asked to do (frozen) — kept apart from what it measured (`result.py`)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """The measurement protocol of SPEC §4. Defaults suit seconds-long probes on small models."""
+
+    warmup_steps: int = 3  # excluded: first-batch worker start-up, allocator growth, autotuning
+    min_steps: int = 10
+    min_time_s: float = 1.0
+    max_steps: int = 200  # cap on extending a noisy measurement
+    max_time_s: float = 15.0
+    noise_bar: float = 0.1  # keep measuring while IQR/median of step times exceeds this
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    id: str
+    workload: str  # absolute path of the workload file
+    settings: dict[str, Any]  # every knob
+    device: str = "cpu"
+    protocol: Protocol = field(default_factory=Protocol)
+    timeout_s: float = 120.0  # wall-clock limit of the whole child process
+    seed: int = 0
+    mode: str = "probe"  # "probe" measures; "inspect" loads and checks the workload and reports its facts
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "ProbeSpec":
+        raw = json.loads(text)
+        raw["protocol"] = Protocol(**raw["protocol"])
+        return cls(**raw)

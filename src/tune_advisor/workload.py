@@ -1,0 +1,207 @@
+"""Loading and validating the user's workload file (SPEC §2).
+
+`check_file` runs in the parent and executes nothing; `load` imports the file (only ever inside a child process)
+and turns every way it can be wrong into a WorkloadError naming the file, the line and the fix.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import importlib.util
+import re
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from . import knobs
+from .errors import WorkloadError
+
+REQUIRED = ("build_model", "build_dataset")
+CONTRACT = "a workload file defines build_model() and build_dataset() (SPEC §2)"
+MODULE_NAME = "tune_advisor_workload"  # registered in sys.modules so spawned loader workers can unpickle its classes
+
+
+def check_file(path: str | Path) -> Path:
+    """Static checks in the parent: the file exists, is Python text and parses. Returns the absolute path."""
+    p = Path(path)
+    shown = str(path)
+    if not p.exists():
+        raise WorkloadError(shown, "no such file", f"pass the path of a Python file; {CONTRACT}")
+    if p.is_dir():
+        raise WorkloadError(shown, "is a folder, not a file", f"pass the path of a Python file; {CONTRACT}")
+    if p.suffix != ".py":
+        raise WorkloadError(shown, f"not a Python file (its extension is '{p.suffix or 'none'}')",
+                            f"pass a .py file; {CONTRACT}")
+    try:
+        source = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise WorkloadError(shown, "not a Python file (it is not UTF-8 text)", f"pass a .py file; {CONTRACT}") from None
+    try:
+        ast.parse(source, filename=shown)
+    except SyntaxError as exc:
+        raise WorkloadError(shown, f"syntax error: {exc.msg}", "fix the syntax error and run again",
+                            line=exc.lineno) from None
+    return p.resolve()
+
+
+def user_frame(exc: BaseException, path: str | Path) -> tuple[int | None, str | None]:
+    """(line, function) of the innermost frame of `exc` inside the workload file, else (None, None).
+
+    Exceptions from DataLoader workers arrive re-raised in the main process with the worker's traceback as text,
+    so that text is searched too.
+    """
+    path = str(Path(path).resolve())
+    found: tuple[int | None, str | None] = (None, None)
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if str(Path(frame.filename).resolve()) == path:
+            found = (frame.lineno, frame.name)
+    for match in re.finditer(r'File "([^"]+)", line (\d+), in (\S+)', str(exc)):
+        if str(Path(match.group(1)).resolve()) == path:
+            found = (int(match.group(2)), match.group(3))
+    return found
+
+
+def exception_summary(exc: BaseException) -> str:
+    """`Type: message` with a worker's embedded traceback reduced to its last line."""
+    text = str(exc).strip()
+    if "Original Traceback" in text:  # torch's ExceptionWrapper: keep the original exception's own line
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        text = lines[-1].strip() if lines else text
+        return text
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+@dataclass
+class Workload:
+    path: Path
+    module: Any
+    build_model: Callable
+    build_dataset: Callable
+    compute_loss: Callable | None
+    build_optimizer: Callable | None
+    collate_fn: Callable | None
+    count_items: Callable | None
+    item_name: str
+    baseline: dict[str, Any]
+    search: dict[str, list]
+
+    def call(self, name: str, *args):
+        """Call a user function; a raise becomes a WorkloadError pointing at the user's line."""
+        try:
+            return getattr(self, name)(*args)
+        except Exception as exc:
+            line, _ = user_frame(exc, self.path)
+            raise WorkloadError(str(self.path), f"{name}() raised {exception_summary(exc)}",
+                                f"make {name}() run on its own (try it in a Python shell)", line=line) from exc
+
+
+def load(path: str | Path) -> Workload:
+    """Import the workload file and validate it. Runs the user's module code: call only in a child process."""
+    p = check_file(path)
+    shown = str(path)
+    sys.path.insert(0, str(p.parent))  # sibling imports of the user's file work as when they run it
+    spec = importlib.util.spec_from_file_location(MODULE_NAME, p)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[MODULE_NAME] = module
+    try:
+        spec.loader.exec_module(module)
+    except ImportError as exc:
+        line, _ = user_frame(exc, p)
+        raise WorkloadError(shown, f"cannot import: {exc}", "install the missing module or fix the import",
+                            line=line) from exc
+    except SystemExit as exc:
+        raise WorkloadError(shown, f"calls sys.exit({exc.code}) at import", "guard script code with "
+                            "`if __name__ == '__main__':`") from exc
+    except Exception as exc:
+        line, _ = user_frame(exc, p)
+        raise WorkloadError(shown, f"importing it raised {exception_summary(exc)}", "fix the module-level code",
+                            line=line) from exc
+
+    for name in REQUIRED:
+        if not callable(getattr(module, name, None)):
+            defined = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
+            close = difflib.get_close_matches(name, defined, n=1)
+            hint = f" (found '{close[0]}': a typo?)" if close else ""
+            raise WorkloadError(shown, f"no {name}() defined{hint}", f"define {name}(); {CONTRACT}")
+
+    return Workload(
+        path=p, module=module,
+        build_model=module.build_model, build_dataset=module.build_dataset,
+        compute_loss=_optional_callable(module, "compute_loss", shown),
+        build_optimizer=_optional_callable(module, "build_optimizer", shown),
+        collate_fn=_optional_callable(module, "collate_fn", shown),
+        count_items=_optional_callable(module, "count_items", shown),
+        item_name=str(getattr(module, "ITEM_NAME", "samples")),
+        baseline=_validated(module, "BASELINE", knobs.validate_settings, p),
+        search=_validated(module, "SEARCH", knobs.validate_search, p),
+    )
+
+
+def _optional_callable(module, name: str, shown: str) -> Callable | None:
+    value = getattr(module, name, None)
+    if value is not None and not callable(value):
+        raise WorkloadError(shown, f"{name} is a {type(value).__name__}, not a function", f"define def {name}(...)")
+    return value
+
+
+def _validated(module, name: str, validate: Callable, path: Path) -> dict:
+    raw = getattr(module, name, None)
+    if raw is None:
+        return {}
+    try:
+        return validate(raw)
+    except ValueError as exc:
+        raise WorkloadError(str(path), f"{name}: {exc}", f"fix {name} (see `tune-advisor probe --help` for knobs)",
+                            line=assignment_line(path, name)) from None
+
+
+def assignment_line(path: Path, name: str) -> int | None:
+    """The line of the top-level `NAME = ...` in the file."""
+    tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, ast.AnnAssign) else []
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            return node.lineno
+    return None
+
+
+# --- batches and the default loss -----------------------------------------------------------------------------
+
+
+class BatchError(ValueError):
+    """The batch has a shape the default loss cannot handle."""
+
+
+BATCH_FIX = ("return (inputs, targets) from the dataset, or a dict whose model output has .loss (Hugging Face style), "
+             "or define compute_loss(model, batch)")
+
+
+def batch_kind(batch: Any) -> str:
+    if isinstance(batch, Mapping):
+        return "dict"
+    if isinstance(batch, (tuple, list)) and len(batch) == 2:
+        return "pair"
+    if isinstance(batch, (tuple, list)):
+        return f"{type(batch).__name__} of {len(batch)}"
+    return type(batch).__name__
+
+
+def default_loss(model, batch):
+    """SPEC §2: a dict batch -> model(**batch).loss; an (inputs, targets) batch -> cross_entropy."""
+    import torch.nn.functional as F
+
+    kind = batch_kind(batch)
+    if kind == "dict":
+        out = model(**batch)
+        loss = out.get("loss") if isinstance(out, Mapping) else getattr(out, "loss", None)
+        if loss is None:
+            raise BatchError("the batch is a dict but the model's output has no .loss (are labels in the batch?)")
+        return loss
+    if kind == "pair":
+        inputs, targets = batch
+        return F.cross_entropy(model(inputs), targets)
+    raise BatchError(f"the batch is a {kind}, which the default loss cannot handle")
