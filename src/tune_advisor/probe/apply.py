@@ -53,9 +53,13 @@ def prepare_model(model, settings: Mapping[str, Any], device) -> dict[str, Any]:
 
 def enable_checkpointing(model) -> dict[str, Any]:
     """Hugging Face models use their own switch; other models get their repeated blocks wrapped."""
-    if getattr(model, "supports_gradient_checkpointing", False) and hasattr(model, "gradient_checkpointing_enable"):
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        return {"method": "hf gradient_checkpointing_enable()"}
+    if getattr(model, "supports_gradient_checkpointing", False):
+        # transformers 5 renamed the switch; 4.x has only the old name. Non-reentrant: the recommended variant.
+        for switch, kwargs in (("activation_checkpointing_enable", "activation_checkpointing_kwargs"),
+                               ("gradient_checkpointing_enable", "gradient_checkpointing_kwargs")):
+            if hasattr(model, switch):
+                getattr(model, switch)(**{kwargs: {"use_reentrant": False}})
+                return {"method": f"hf {switch}()"}
     found = find_repeated_blocks(model)
     if found is None:
         raise RuntimeError("checkpointing: the model has no repeated blocks to checkpoint")

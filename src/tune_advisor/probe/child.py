@@ -279,7 +279,7 @@ def _measure(spec: ProbeSpec, phase: Phase, out: dict[str, Any]) -> None:
         if step == 0:
             evidence.after_first_step(host_batch, batch, loader, batches)
         if not math.isfinite(value):
-            raw["loss"].append(value)
+            raw["loss"].append(None)  # JSON has no NaN: a non-finite loss is recorded as null
             kind = "warm-up " if not record else ""
             raise Diverged(f"loss became {value} at {kind}step {step + 1}")
         if record:
@@ -360,8 +360,12 @@ class Evidence:
             if isinstance(module, (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)):
                 self.hooks.append(module.register_forward_hook(self._record_dtype))
         block = self._first_block()
-        if block is not None:  # a checkpointed block runs forward twice per step: once more in backward
-            self.hooks.append(block.register_forward_pre_hook(self._count_block))
+        # A checkpointed block runs its layers twice per step: once more when backward recomputes them. The hook
+        # sits on a layer inside the block, since Hugging Face checkpoints `forward` and skips the block's hooks.
+        layer = next((m for m in block.modules() if not any(True for _ in m.children())
+                      and any(True for _ in m.parameters(recurse=False))), None) if block is not None else None
+        if layer is not None:
+            self.hooks.append(layer.register_forward_pre_hook(self._count_block))
 
     def _first_block(self):
         from . import apply
@@ -401,11 +405,19 @@ class Evidence:
             "child_processes": len(psutil.Process().children()),
             "batch_pinned": bool(host_tensor.is_pinned()) if host_tensor is not None and loader.pin_memory else False,
             "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
-            "hf_gradient_checkpointing": getattr(self.model, "is_gradient_checkpointing", None),
+            "hf_gradient_checkpointing": _hf_checkpointing_state(self.model),
         }
 
     def report(self) -> dict[str, Any]:
         return self.facts
+
+
+def _hf_checkpointing_state(model) -> bool | None:
+    """Whether a Hugging Face model reports checkpointing on (None for other models)."""
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):  # newer name first
+        if hasattr(type(model), name):
+            return bool(getattr(model, name))
+    return None
 
 
 if __name__ == "__main__":

@@ -63,7 +63,7 @@ class ProbeResult:
     def to_dict(self) -> dict[str, Any]:
         """The PROBE object of results.json (SPEC §7), plus the raw samples it was computed from."""
         median, low, high = self.throughput() if self.step_s else (None, None, None)
-        losses = self.raw.get("loss", [])
+        losses = [x if x is not None and math.isfinite(x) else None for x in self.raw.get("loss", [])]
         return {
             "id": self.id,
             "role": self.role,
@@ -81,11 +81,11 @@ class ProbeResult:
             "loss": {
                 "first": _num(losses[0]) if losses else None,
                 "last": _num(losses[-1]) if losses else None,
-                "finite": all(math.isfinite(x) for x in losses) if losses else None,
+                "finite": all(x is not None for x in losses) if losses else None,
             },
             "gpu": self.gpu,
             "wall_s": round(self.wall_s, 3),
-            "raw": {k: list(v) for k, v in self.raw.items() if k != "step_s"},  # step_s is above
+            "raw": {k: [_num(x) for x in v] for k, v in self.raw.items() if k != "step_s"},  # step_s is above
             "memory": self.memory,
             "applied": self.applied,
             "extra": self.extra,

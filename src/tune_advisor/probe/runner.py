@@ -53,7 +53,7 @@ def spawn_child(spec: ProbeSpec, workdir: Path, python: str = sys.executable) ->
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [python, "-m", "tune_advisor.probe.child", str(spec_path), str(result_path)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
             start_new_session=True,  # its own process group: loader workers die with it
         )
         sampler = TreeMemorySampler(proc.pid)

@@ -1,0 +1,40 @@
+"""A fake probe runner: settings -> synthetic step times, so the planner is tested in milliseconds."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from tune_advisor.probe.result import ProbeResult, Status
+
+
+class FakeRunner:
+    """`rate(settings)` gives samples/s, or a Status for a failing configuration. Steps get ±2% seeded jitter."""
+
+    def __init__(self, rate: Callable[[dict[str, Any]], float | Status], steps: int = 30, wall_s: float = 5.0):
+        self.rate, self.steps, self.wall_s = rate, steps, wall_s
+        self.calls: list[dict[str, Any]] = []
+
+    def __call__(self, probe_id: str, settings: dict[str, Any], role: str) -> ProbeResult:
+        self.calls.append(dict(settings))
+        outcome = self.rate(settings)
+        if isinstance(outcome, Status):
+            return ProbeResult(probe_id, settings, outcome, error=f"fake {outcome.value}", role=role,
+                               wall_s=self.wall_s)
+        rng = np.random.default_rng(len(self.calls))
+        bs = settings["batch_size"]
+        times = (bs / outcome) * (1 + rng.uniform(-0.02, 0.02, self.steps))
+        raw = {"step_s": list(times), "items": [float(bs)] * self.steps, "data_wait_s": [0.0] * self.steps}
+        return ProbeResult(probe_id, settings, Status.OK, raw=raw, role=role, wall_s=self.wall_s,
+                           peak_memory_bytes=bs * 2**20)
+
+
+class FakeClock:
+    """Advances by the fake runner's wall time per probe."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now

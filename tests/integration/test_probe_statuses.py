@@ -1,0 +1,71 @@
+"""Each probe status from a real child process, with the cause a user needs."""
+
+import dataclasses
+
+import psutil
+
+from tune_advisor import api
+from tune_advisor.probe.result import Status
+
+from ..conftest import BAD, FAST, WORKLOADS
+
+
+def probe(path, tmp_path, protocol=FAST, timeout="60s", **settings):
+    _, result = api.probe(path, settings, device="cpu", protocol=protocol, probe_timeout=timeout, workdir=tmp_path)
+    return result
+
+
+def test_ok_probe_has_samples_throughput_and_memory(tmp_path):
+    result = probe(WORKLOADS / "tiny_mlp.py", tmp_path)
+    d = result.to_dict()
+    assert result.status is Status.OK and result.error is None
+    assert len(d["step_time_s"]["samples"]) >= FAST.min_steps
+    assert d["throughput"]["ci_low"] <= d["throughput"]["median"] <= d["throughput"]["ci_high"]
+    assert d["throughput"]["unit"] == "samples/s"
+    assert d["peak_memory_bytes"] > 50 * 2**20  # a Python process with torch loaded
+    assert d["loss"]["finite"] is True and d["loss"]["first"] > 0
+    assert result.extra["warmup_s"] > 0 and 0 <= d["data_wait_frac"] < 1
+
+
+def test_cpu_allocator_failure_is_oom(tmp_path):
+    result = probe(BAD / "cpu_oom.py", tmp_path, batch_size=128)
+    assert result.status is Status.OOM
+    assert "can't allocate memory" in result.error and "cpu_oom.py:" in result.error
+
+
+def test_segfault_is_crashed_with_the_signal_and_the_user_line(tmp_path):
+    result = probe(BAD / "segfault.py", tmp_path, batch_size=128)
+    assert result.status is Status.CRASHED
+    assert "SIGSEGV" in result.error and "segfault.py:" in result.error
+
+
+def test_exception_in_a_loader_worker_is_error_with_the_users_message(tmp_path):
+    # GIVEN enough steps to read the whole 256-item epoch, so index 137 is reached whatever the shuffle
+    protocol = dataclasses.replace(FAST, min_steps=12, max_steps=12)
+    result = probe(BAD / "dataset_raises.py", tmp_path, protocol=protocol, num_workers=1)
+    assert result.status is Status.ERROR
+    assert "ValueError: corrupt record at index 137: checksum mismatch" in result.error
+    assert "dataset_raises.py:" in result.error and "DataLoader worker" in result.error
+
+
+def test_non_finite_loss_is_diverged(tmp_path):
+    result = probe(BAD / "nan_loss.py", tmp_path)
+    assert result.status is Status.DIVERGED and "loss became" in result.error
+    assert result.to_dict()["loss"]["finite"] is False
+
+
+def test_sys_exit_in_user_code_is_an_error_not_the_end_of_the_tool(tmp_path):
+    result = probe(WORKLOADS / "sys_exit.py", tmp_path)
+    assert result.status is Status.ERROR and "sys.exit(3)" in result.error
+
+
+def test_hang_in_loader_workers_times_out_and_leaves_no_process_behind(tmp_path):
+    # WHEN the dataset hangs inside loader workers
+    result = probe(BAD / "worker_hang.py", tmp_path, timeout="12s", num_workers=2)
+    # THEN the probe is killed at its limit, with where it was stuck
+    assert result.status is Status.TIMEOUT
+    assert "12 s limit" in result.error and "waiting for the first batch (2 loader workers)" in result.error
+    assert "killed the probe's process group (3 processes)" in result.error
+    # AND neither the child nor its loader workers survive (they share the child's command line)
+    leftovers = [p for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
+    assert leftovers == []
