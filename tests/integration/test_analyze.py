@@ -1,0 +1,71 @@
+"""`analyze` end to end with real child probes on tiny workloads and on the bad fixtures."""
+
+import dataclasses
+import json
+
+from tune_advisor import api, results
+from tune_advisor.probe.result import Status
+
+from ..conftest import BAD, FAST, WORKLOADS
+
+PROBE_KEYS = {"id", "settings", "status", "error", "throughput", "step_time_s", "data_wait_frac",
+              "peak_memory_bytes", "loss", "gpu", "wall_s"}
+
+
+def analyze(path, tmp_path, protocol=FAST, **options):
+    return api.analyze(path, out=tmp_path / "out", device="cpu", protocol=protocol, **options)
+
+
+def test_cli_analyze_recommends_loader_workers_for_slow_storage(cli, tmp_path):
+    # WHEN analyze runs on a workload whose samples each wait 3 ms for storage
+    out = tmp_path / "out"
+    result = cli("analyze", WORKLOADS / "tiny_io.py", "-o", out, "--device", "cpu", "--min-time", "0.3",
+                 "--min-steps", "5", "--warmup", "1", "--budget", "5m", "--json")
+    assert result.exit_code == 0, result.output
+    # THEN stdout is the results document, also saved to the output folder
+    printed = json.loads(result.stdout)
+    saved = results.read(out / "results.json")
+    assert printed == saved
+    assert {"schema_version", "tool", "created", "command", "environment", "workload", "baseline", "recommended",
+            "speedup", "probes", "findings", "budget"} <= set(saved)
+    assert saved["environment"]["device"] == "cpu" and saved["environment"]["fingerprint"]
+    for probe in saved["probes"]:
+        assert PROBE_KEYS <= set(probe) and len(probe["settings"]) == 7
+    # AND loader workers are recommended, with a confirmed speedup whose CI excludes 1
+    assert saved["recommended"]["settings"]["num_workers"] in (2, 4)
+    assert saved["speedup"]["ci_low"] > 1.3
+    assert len({p["id"] for p in saved["probes"]}) == len(saved["probes"])
+    assert saved["budget"]["probes_run"] == len(saved["probes"])
+    # AND knobs that cannot apply on a CPU are listed with the reason, not silently dropped
+    skipped = {p["error"] for p in saved["probes"] if p["status"] == "skipped"}
+    assert any("no CUDA device" in reason for reason in skipped)
+
+
+def test_failing_batch_sizes_are_recorded_and_never_recommended(tmp_path):
+    for name, status in (("cpu_oom.py", Status.OOM), ("segfault.py", Status.CRASHED)):
+        result = analyze(BAD / name, tmp_path / name, budget="4m")
+        failed = [p for p in result.probes if p.status is status]
+        assert failed and all(p.settings["batch_size"] >= 128 for p in failed), name
+        assert result.recommended.ok and result.recommended.settings["batch_size"] < 128
+        saved = results.read(result.results_path)
+        assert status.value in {p["status"] for p in saved["probes"]}
+
+
+def test_hanging_loader_workers_time_out_and_the_analysis_goes_on(tmp_path):
+    result = analyze(BAD / "worker_hang.py", tmp_path, budget="4m", probe_timeout="10s")
+    hung = [p for p in result.probes if p.status is Status.TIMEOUT]
+    assert hung and all(p.settings["num_workers"] > 0 for p in hung)
+    assert result.recommended.ok and result.recommended.settings["num_workers"] == 0
+
+
+def test_a_diverging_baseline_ends_with_a_clear_note(tmp_path):
+    result = analyze(BAD / "nan_loss.py", tmp_path)
+    assert result.baseline.status is Status.DIVERGED and "loss became" in result.baseline.error
+    assert result.speedup is None and "baseline probe failed (diverged)" in result.notes[0]
+
+
+def test_a_dataset_error_is_reported_with_the_users_message(tmp_path):
+    protocol = dataclasses.replace(FAST, min_steps=12, max_steps=12)  # reads the whole 256-item epoch
+    result = analyze(BAD / "dataset_raises.py", tmp_path, protocol=protocol)
+    assert result.baseline.status is Status.ERROR
+    assert "corrupt record at index 137" in result.baseline.error
