@@ -36,13 +36,17 @@ def cpu_flags() -> list[str]:
 
 def resolve_device(requested: str) -> str:
     """'auto' -> 'cuda' when torch sees a GPU, else 'cpu'."""
+    import re
+
     import torch
 
+    from .errors import UsageError
+
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", requested):
+        raise UsageError(f"--device {requested}: expected auto, cpu, cuda or cuda:N")
     if requested == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if requested.startswith("cuda") and not torch.cuda.is_available():
-        from .errors import UsageError
-
         raise UsageError(f"--device {requested}: torch sees no CUDA device here (torch {torch.__version__})")
     return requested
 

@@ -26,3 +26,38 @@ def test_parse_sets():
     assert parse_sets(["batch_size=64", " amp = bf16 "]) == {"batch_size": "64", "amp": "bf16"}
     with pytest.raises(UsageError, match="expected KNOB=VALUE"):
         parse_sets(["batch_size"])
+
+
+def test_pyproject_defaults_map_to_each_command(tmp_path):
+    from tune_advisor.cli.config import default_map
+
+    (tmp_path / "pyproject.toml").write_text('[tool.tune-advisor]\nbudget = "5m"\nprobe-timeout = "60s"\n')
+    nested = tmp_path / "src" / "pkg"
+    nested.mkdir(parents=True)
+    assert default_map(nested) == {"analyze": {"budget": "5m", "probe_timeout": "60s"},
+                                   "probe": {"probe_timeout": "60s"}}
+
+
+def test_pyproject_with_an_unknown_key_is_a_usage_error(tmp_path):
+    from tune_advisor.cli.config import default_map
+
+    (tmp_path / "pyproject.toml").write_text('[tool.tune-advisor]\nbudgett = "5m"\n')
+    with pytest.raises(UsageError, match="unknown key 'budgett'"):
+        default_map(tmp_path)
+
+
+def test_pyproject_defaults_apply_and_flags_win(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from tune_advisor.cli import app
+
+    # GIVEN a project whose pyproject asks for a device this tool does not know
+    (tmp_path / "pyproject.toml").write_text('[tool.tune-advisor]\ndevice = "tpu"\n')
+    (tmp_path / "model.py").write_text("def build_model(): ...\ndef build_dataset(): ...\n")
+    monkeypatch.chdir(tmp_path)
+    # WHEN no --device is given, the pyproject value is used
+    result = CliRunner().invoke(app, ["probe", "model.py"])
+    assert result.exit_code == 2 and "--device tpu: expected auto, cpu, cuda" in result.output
+    # WHEN --device is given, it wins
+    result = CliRunner().invoke(app, ["probe", "model.py", "--device", "xpu"])
+    assert result.exit_code == 2 and "--device xpu:" in result.output

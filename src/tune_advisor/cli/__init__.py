@@ -6,8 +6,9 @@ import sys
 
 import typer
 
-from . import analyze, probe
-from ._common import state
+from ..errors import UsageError
+from . import analyze, config, probe
+from ._common import err, state
 
 app = typer.Typer(
     help="Measure which training settings make a PyTorch model train fastest on this machine.",
@@ -16,8 +17,14 @@ app = typer.Typer(
 
 
 @app.callback()
-def _root(debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors.")) -> None:
+def _root(ctx: typer.Context,
+          debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors.")) -> None:
     state.debug = debug
+    try:
+        ctx.default_map = {**config.default_map(), **(ctx.default_map or {})}
+    except UsageError as exc:
+        err.print(f"[bold red]error:[/] {exc}")
+        raise typer.Exit(exc.exit_code) from None
 
 
 app.command("analyze", help=analyze.__doc__)(analyze.command)

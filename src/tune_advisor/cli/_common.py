@@ -20,7 +20,8 @@ class State:
 
 
 state = State()
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True)
 
 
 def handle_errors(fn):

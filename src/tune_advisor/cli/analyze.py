@@ -9,12 +9,11 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 
 from .. import api, knobs
 from ..probe.spec import Protocol
 from ..render.terminal import analysis_summary, probe_line
-from ._common import err, handle_errors
+from ._common import err, handle_errors, out as stdout
 
 
 @handle_errors
@@ -69,4 +68,4 @@ def command(
     if json_out:
         print(json.dumps(result.document, indent=1))
     elif not quiet:
-        analysis_summary(result, Console())
+        analysis_summary(result, stdout)

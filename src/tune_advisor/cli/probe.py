@@ -7,12 +7,11 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.console import Console
 
 from .. import api
 from ..probe.spec import Protocol
 from ..render.terminal import probe_table
-from ._common import handle_errors, parse_sets
+from ._common import handle_errors, out, parse_sets
 
 
 @handle_errors
@@ -34,4 +33,4 @@ def command(
     if json_out:
         print(json.dumps(result.to_dict(), indent=1))
     else:
-        probe_table(result, Console())
+        probe_table(result, out)

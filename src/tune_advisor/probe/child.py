@@ -243,6 +243,7 @@ def _measure(spec: ProbeSpec, phase: Phase, out: dict[str, Any]) -> None:
     channels_last = bool(settings["channels_last"])
     cuda = device.type == "cuda"
     evidence = Evidence(model, settings)
+    applied["grad_scaler"] = scaler is not None
 
     batches = iter(loader)
     epochs = 0
