@@ -69,3 +69,15 @@ def test_a_dataset_error_is_reported_with_the_users_message(tmp_path):
     result = analyze(BAD / "dataset_raises.py", tmp_path, protocol=protocol)
     assert result.baseline.status is Status.ERROR
     assert "corrupt record at index 137" in result.baseline.error
+
+
+def test_cli_probe_prints_a_table_or_json(cli, tmp_path):
+    fast = ["--min-time", "0.1", "--min-steps", "3", "--warmup", "1", "--device", "cpu"]
+    result = cli("probe", WORKLOADS / "tiny_mlp.py", "--set", "batch_size=32", *fast, "--json")
+    assert result.exit_code == 0, result.output
+    probe = json.loads(result.stdout)
+    assert PROBE_KEYS <= set(probe) and probe["status"] == "ok" and probe["settings"]["batch_size"] == 32
+    result = cli("probe", WORKLOADS / "tiny_mlp.py", *fast)
+    assert result.exit_code == 0
+    for label in ("status", "throughput", "step time", "data wait", "peak memory", "samples/s"):
+        assert label in result.stdout

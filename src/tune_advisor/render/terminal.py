@@ -107,7 +107,8 @@ def analysis_summary(result, console: Console) -> None:
     if skipped:
         console.print("\n[bold]Not applicable[/]")
         for p in skipped:
-            console.print(f"  {knobs.describe(p.settings, base.settings)}: {p.error}", highlight=False)
+            reason = (p.error or "").removeprefix("not applicable: ")
+            console.print(f"  {knobs.describe(p.settings, base.settings)}: {reason}", highlight=False)
     for note in result.notes:
         console.print(f"note: {note}", highlight=False)
     if result.unexplored:
