@@ -6,7 +6,7 @@ from ..conftest import BAD, WORKLOADS
 
 
 @pytest.mark.parametrize("name, expected", [
-    ("syntax_error.py", ["syntax_error.py:18", "syntax error: '(' was never closed"]),
+    ("syntax_error.py", ["syntax_error.py:16", "syntax error: '(' was never closed"]),
     ("missing_build_model.py", ["no build_model() defined", "found 'build_modle'", "fix: define build_model()"]),
     ("import_error.py", ["import_error.py:", "cannot import", "torchvison", "fix: install the missing module"]),
     ("build_raises.py", ["build_raises.py:", "build_dataset() raised FileNotFoundError", "train.bin"]),

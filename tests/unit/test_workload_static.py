@@ -34,8 +34,8 @@ def test_binary_file_named_py_is_not_python(tmp_path):
 def test_syntax_error_names_file_and_line():
     with pytest.raises(WorkloadError) as info:
         workload.check_file(BAD / "syntax_error.py")
-    assert info.value.line == 18
-    assert "syntax_error.py:18: syntax error: '(' was never closed" in str(info.value)
+    assert info.value.line == 16
+    assert "syntax_error.py:16: syntax error: '(' was never closed" in str(info.value)
 
 
 def test_assignment_line_finds_top_level_settings():
