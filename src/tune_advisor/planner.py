@@ -1,7 +1,8 @@
 """Which probes to run, in what order, within the budget — the first planner (SPEC §5, simplified).
 
 baseline -> each applicable knob alone -> batch-size ladder -> num_workers ladder -> greedy combination of what
-helped -> confirmation (baseline and winner re-measured interleaved). It talks to the world through `Session.run`,
+helped -> knobs that pay only with a partner (channels_last with AMP) -> confirmation (baseline and winner
+re-measured interleaved). It talks to the world through `Session.run`,
 a callable from settings to a ProbeResult, so tests drive it with a fake runner in milliseconds.
 """
 
@@ -21,6 +22,9 @@ DEFAULT_MAX_BATCH = 4096
 CONFIRM_ROUNDS = 2  # A B A B
 MEMORY_BUDGET_FRACTION = 0.8  # stop growing the batch past this share of the memory available at start
 SINGLE_KNOBS = ("amp", "channels_last", "cudnn_benchmark", "pin_memory", "checkpointing")
+# Knobs whose gain shows only together with another: channels_last pays mostly under reduced precision, where the
+# convolution kernels are NHWC-native. Tried once more on top of a winner that has the partner on.
+PARTNERS = {"channels_last": "amp"}
 
 
 @dataclass
@@ -144,6 +148,7 @@ class FirstPlanner:
                 changes.append(({name: best.settings[name]}, best))
 
         winner = self.combine(base, changes)
+        winner = self.retry_partners(base, winner)
         speedup = None
         if winner is not base:
             winner, speedup = self.confirm(base, winner)
@@ -210,6 +215,23 @@ class FirstPlanner:
                 self.notes.append(f"{knobs.describe(candidate.settings, base.settings)} failed together "
                                   f"({candidate.status.value}) though each part worked alone")
         return current
+
+    def retry_partners(self, base: ProbeResult, winner: ProbeResult) -> ProbeResult:
+        """Give a knob that did not pay alone one more probe on top of a winner that has its partner on."""
+        s, ctx = self.session, self.ctx
+        for name, partner in PARTNERS.items():
+            if winner.settings[partner] == knobs.KNOBS[partner].default:
+                continue
+            for value in self.values(name):
+                if value == winner.settings[name] or knobs.not_applicable(name, value, ctx.workload, ctx.device):
+                    continue
+                if not s.affordable(reserve=2 * CONFIRM_ROUNDS):
+                    s.unexplored.append(f"{name}={value} with {partner}: over budget")
+                    continue
+                candidate = s.run({**winner.settings, name: value}, "combine")
+                if candidate.ok and beats(winner, candidate):
+                    winner = candidate
+        return winner
 
     def confirm(self, base: ProbeResult, winner: ProbeResult) -> tuple[ProbeResult, dict[str, Any] | None]:
         """Re-measure baseline and winner interleaved (A B A B): drift hits both alike. Returns (recommended, speedup)."""

@@ -103,3 +103,13 @@ def test_memory_budget_stops_the_batch_ladder():
     outcome, runner = plan(cnn_rate, memory=40 * 2**20)  # the fake peak is batch_size MiB
     assert max(c["batch_size"] for c in runner.calls) == 64
     assert any("memory budget" in n for n in outcome.notes)
+
+
+def test_channels_last_that_pays_only_under_amp_is_tried_with_the_amp_winner():
+    def rate(s):
+        bf16 = s["amp"] == "bf16"
+        return 1000.0 * (1.6 if bf16 else 1) * (1.3 if bf16 and s["channels_last"] else 1)
+
+    outcome, runner = plan(rate, search={"batch_size": [16], "num_workers": [0]})
+    assert outcome.recommended.settings["channels_last"] is True and outcome.recommended.settings["amp"] == "bf16"
+    assert {"amp": "bf16", "channels_last": True}.items() <= runner.calls[-5].items()  # the partner probe
