@@ -20,7 +20,7 @@ from tune_advisor import api
 from tune_advisor.probe.spec import Protocol
 
 ROOT = Path(__file__).resolve().parents[1]
-ROUNDS = 3
+ROUNDS = 5
 PROTOCOL = Protocol(warmup_steps=3, min_steps=20, min_time_s=2.0, max_time_s=15.0)
 CASES = {  # fixture -> extra settings over its BASELINE
     "io_bound.py": [{}],
@@ -52,6 +52,8 @@ def main(names: list[str]) -> int:
                     break
                 probe_rates.append(result.throughput()[0])
                 hand_rates.append(hand_loop(path, result.settings, len(result.step_s)))
+                print(f"{name} {extra or ''} round {len(probe_rates)}: probe {probe_rates[-1]:.1f}, "
+                      f"hand loop {hand_rates[-1]:.1f} {result.unit} over {len(result.step_s)} steps", flush=True)
             if not probe_rates:
                 continue
             probe_rate, hand_rate = statistics.median(probe_rates), statistics.median(hand_rates)

@@ -6,11 +6,12 @@ steps nothing but a few /proc reads per interval.
 
 from __future__ import annotations
 
+import os
 import threading
 
 import psutil
 
-INTERVAL_S = 0.05
+INTERVAL_S = 0.1  # 10 Hz: a batch-sized allocation lives for a whole step, usually longer
 
 
 class TreeMemorySampler:
@@ -30,6 +31,8 @@ class TreeMemorySampler:
 
     def sample(self) -> int:
         """RSS of the tree now, in bytes (shared copy-on-write pages of forked workers count once per process)."""
+        if _HAS_PROC_CHILDREN:
+            return _proc_tree_rss(self.pid)
         try:
             root = psutil.Process(self.pid)
             procs = [root, *root.children(recursive=True)]
@@ -43,9 +46,31 @@ class TreeMemorySampler:
                 continue
         return total
 
+
     def _run(self) -> None:
         while not self._stop.is_set():
             current = self.sample()
             self.samples += 1
             self.peak_bytes = max(self.peak_bytes, current)
             self._stop.wait(self.interval_s)
+
+
+# psutil finds children by scanning every process in /proc (~1 ms here); on a 2-core machine that, 10 times a
+# second, measurably slows the probe it watches. Linux lists a task's children directly, and statm is one read.
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_HAS_PROC_CHILDREN = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
+
+
+def _proc_tree_rss(pid: int) -> int:
+    total, stack = 0, [pid]
+    while stack:
+        current = stack.pop()
+        try:
+            with open(f"/proc/{current}/statm") as f:
+                total += int(f.read().split()[1]) * _PAGE
+            # Children of the main thread only: DataLoader workers are forked from it.
+            with open(f"/proc/{current}/task/{current}/children") as f:
+                stack.extend(int(c) for c in f.read().split())
+        except (OSError, ValueError, IndexError):
+            continue  # the process ended between reads
+    return total
