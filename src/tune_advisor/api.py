@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,12 +78,10 @@ def parse_bytes(text: str | int | None) -> int | None:
     return int(float(match.group(1)) * 1024**power)
 
 
-def inspect(path: str | Path, device: str = "cpu", workdir: Path | None = None,
-            timeout_s: float = INSPECT_TIMEOUT_S) -> Inspection:
+def inspect(path: str | Path, device: str, workdir: Path, timeout_s: float = INSPECT_TIMEOUT_S) -> Inspection:
     """Load and check the workload in a child process. Raises WorkloadError (exit 2) for every load problem."""
     shown = str(path)
     resolved = workload_mod.check_file(path)
-    workdir = workdir or Path(_tmpdir())
     spec = ProbeSpec(id="inspect", workload=str(resolved), settings=knobs.full_settings(), device=device,
                      timeout_s=timeout_s, mode="inspect")
     run = spawn_child(spec, workdir)
@@ -108,12 +107,6 @@ def device_facts(device: str) -> knobs.DeviceFacts:
         return knobs.DeviceFacts("cuda", torch.cuda.get_device_name(torch.device(device)),
                                  torch.cuda.is_bf16_supported())
     return knobs.DeviceFacts("cpu", environment.cpu_model(), True)
-
-
-def _tmpdir() -> str:
-    import tempfile
-
-    return tempfile.mkdtemp(prefix="tune-advisor-")
 
 
 def default_out_dir(path: str | Path) -> Path:
@@ -201,7 +194,11 @@ def probe(path: str | Path, settings: dict[str, Any] | None = None, *, device: s
     except ValueError as exc:
         raise UsageError(f"--set: {exc}") from None
     device = environment.resolve_device(device)
-    workdir = Path(workdir) if workdir else Path(_tmpdir())
+    if workdir is None:  # nothing to keep: the probe's files go to a folder removed afterwards
+        with tempfile.TemporaryDirectory(prefix="tune-advisor-probe-") as tmp:
+            return probe(path, settings, device=device, probe_timeout=probe_timeout, protocol=protocol, seed=seed,
+                         workdir=tmp)
+    workdir = Path(workdir)
     info = inspect(path, device, workdir)
     full = {**info.baseline, **overrides}
     for name, value in overrides.items():
