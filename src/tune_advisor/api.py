@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -171,7 +170,7 @@ def analyze(path: str | Path, *, out: str | Path | None = None, device: str = "a
     if on_start:
         on_start(info, session)
     ctx = PlanContext(baseline=info.baseline, search=info.search, workload=info.facts,
-                      device=device_facts(device), budget_s=budget_s, memory_budget_bytes=memory_budget)
+                      device=device_facts(device), memory_budget_bytes=memory_budget)
     outcome = FirstPlanner(ctx, session).run()
 
     document["baseline"] = outcome.baseline.to_dict()
@@ -207,7 +206,4 @@ def probe(path: str | Path, settings: dict[str, Any] | None = None, *, device: s
             raise UsageError(f"--set {name}={value}: {reason}")
     spec = ProbeSpec(id="probe", workload=str(info.path), settings=full, device=device,
                      protocol=protocol or Protocol(), timeout_s=parse_duration(probe_timeout), seed=seed)
-    started = time.monotonic()
-    result = run_probe(spec, workdir, role="probe")
-    result.wall_s = result.wall_s or time.monotonic() - started
-    return info, result
+    return info, run_probe(spec, workdir, role="probe")

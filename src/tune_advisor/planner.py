@@ -33,7 +33,6 @@ class PlanContext:
     search: dict[str, list]  # the workload's SEARCH
     workload: knobs.WorkloadFacts
     device: knobs.DeviceFacts
-    budget_s: float | None = None
     memory_budget_bytes: int | None = None
 
 

@@ -19,7 +19,7 @@ def plan(rate, workload=CNN, search=None, baseline=None, budget_s=None, memory=N
 
     session = Session(timed, budget_s, clock=clock)
     ctx = PlanContext(baseline=knobs.full_settings(baseline or {"batch_size": 16}), search=search or {},
-                      workload=workload, device=CPU, budget_s=budget_s, memory_budget_bytes=memory)
+                      workload=workload, device=CPU, memory_budget_bytes=memory)
     return FirstPlanner(ctx, session).run(), runner
 
 
