@@ -10,9 +10,12 @@ from tune_advisor.probe.result import ProbeResult, Status
 
 
 class FakeRunner:
-    """`rate(settings)` gives samples/s, or a Status for a failing configuration. Steps get ±2% seeded jitter."""
+    """`rate(settings)` gives samples/s, a Status for a failing configuration, or a dict with `rate` and optionally
+    `wait` (share of each step spent waiting for data) and `memory` (peak bytes; default batch_size MiB).
+    Steps get ±2% seeded jitter."""
 
-    def __init__(self, rate: Callable[[dict[str, Any]], float | Status], steps: int = 30, wall_s: float = 5.0):
+    def __init__(self, rate: Callable[[dict[str, Any]], float | Status | dict], steps: int = 30,
+                 wall_s: float = 5.0):
         self.rate, self.steps, self.wall_s = rate, steps, wall_s
         self.calls: list[dict[str, Any]] = []
 
@@ -22,12 +25,14 @@ class FakeRunner:
         if isinstance(outcome, Status):
             return ProbeResult(probe_id, settings, outcome, error=f"fake {outcome.value}", role=role,
                                wall_s=self.wall_s)
+        spec = outcome if isinstance(outcome, dict) else {"rate": outcome}
         rng = np.random.default_rng(len(self.calls))
         bs = settings["batch_size"]
-        times = (bs / outcome) * (1 + rng.uniform(-0.02, 0.02, self.steps))
-        raw = {"step_s": list(times), "items": [float(bs)] * self.steps, "data_wait_s": [0.0] * self.steps}
+        times = (bs / spec["rate"]) * (1 + rng.uniform(-0.02, 0.02, self.steps))
+        raw = {"step_s": list(times), "items": [float(bs)] * self.steps,
+               "data_wait_s": list(times * spec.get("wait", 0.0)), "h2d_s": [0.0] * self.steps}
         return ProbeResult(probe_id, settings, Status.OK, raw=raw, role=role, wall_s=self.wall_s,
-                           peak_memory_bytes=bs * 2**20)
+                           peak_memory_bytes=spec.get("memory", bs * 2**20))
 
 
 class FakeClock:

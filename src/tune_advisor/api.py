@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -12,7 +13,7 @@ from typing import Any, Callable
 from . import environment, knobs, results
 from . import workload as workload_mod
 from .errors import UsageError, WorkloadError
-from .planner import FirstPlanner, PlanContext, Session
+from .planner import STRATEGIES, PlanContext, Session, plan
 from .probe.result import ProbeResult
 from .probe.runner import classify_exit, run_probe, spawn_child
 from .probe.spec import ProbeSpec, Protocol
@@ -105,7 +106,10 @@ def device_facts(device: str) -> knobs.DeviceFacts:
     if device.startswith("cuda"):
         return knobs.DeviceFacts("cuda", torch.cuda.get_device_name(torch.device(device)),
                                  torch.cuda.is_bf16_supported())
-    return knobs.DeviceFacts("cpu", environment.cpu_model(), True)
+    # CPU autocast always offers bf16, but it is fast only with native bf16 instructions; the planner measures it
+    # either way and uses this only to order the knobs.
+    fast_bf16 = bool({"avx512_bf16", "amx_bf16"} & set(environment.cpu_flags()))
+    return knobs.DeviceFacts("cpu", environment.cpu_model(), fast_bf16)
 
 
 def default_out_dir(path: str | Path) -> Path:
@@ -126,11 +130,14 @@ def prepare_out_dir(out: Path) -> Path:
 def analyze(path: str | Path, *, out: str | Path | None = None, device: str = "auto",
             budget: str | float | None = DEFAULT_BUDGET_S, probe_timeout: str | float = DEFAULT_PROBE_TIMEOUT_S,
             max_memory: str | int | None = None, protocol: Protocol | None = None, seed: int = 0,
-            command: list[str] | None = None,
+            strategy: str = "adaptive", command: list[str] | None = None,
             on_probe: Callable[[ProbeResult, Session], None] | None = None,
             on_start: Callable[[Inspection, Session], None] | None = None,
             on_probe_start: Callable[[str, dict, str], None] | None = None) -> AnalysisResult:
     """Plan and run probes for the workload file at `path`; write results.json; return the typed result."""
+    started = time.monotonic()  # the budget covers the whole analysis, inspecting the workload included
+    if strategy not in STRATEGIES:
+        raise UsageError(f"--strategy {strategy}: expected one of {', '.join(STRATEGIES)}")
     budget_s = parse_duration(budget)
     timeout_s = parse_duration(probe_timeout)
     out_dir = prepare_out_dir(Path(out) if out else default_out_dir(path))
@@ -166,17 +173,18 @@ def analyze(path: str | Path, *, out: str | Path | None = None, device: str = "a
         if on_probe:
             on_probe(result, session)
 
-    session = Session(runner, budget_s, on_probe=record)
+    session = Session(runner, budget_s, on_probe=record, started=started)
     if on_start:
         on_start(info, session)
     ctx = PlanContext(baseline=info.baseline, search=info.search, workload=info.facts,
                       device=device_facts(device), memory_budget_bytes=memory_budget)
-    outcome = FirstPlanner(ctx, session).run()
+    outcome = plan(ctx, session, strategy)
 
     document["baseline"] = outcome.baseline.to_dict()
     document["recommended"] = outcome.recommended.to_dict()
     document["speedup"] = outcome.speedup
     document["notes"] = outcome.notes
+    document["plan"] = outcome.plan_summary()
     document["budget"].update(used_s=round(session.elapsed(), 3), probes_run=len(session.probes),
                               unexplored=list(outcome.unexplored))
     results.write_atomic(results_path, document)

@@ -136,7 +136,7 @@ def _text(value: Any) -> str:
 class DeviceFacts:
     type: str  # "cpu" or "cuda"
     name: str = ""
-    bf16_supported: bool = True  # CUDA: torch.cuda.is_bf16_supported(); CPU autocast always offers bf16
+    bf16_supported: bool = True  # CUDA: torch.cuda.is_bf16_supported(); CPU: native bf16 (autocast works anyway)
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,22 @@
+"""The planners against a fake runner: a table of configurations -> synthetic step times, in milliseconds."""
+
 from tune_advisor import knobs
 from tune_advisor.knobs import DeviceFacts, WorkloadFacts
-from tune_advisor.planner import FirstPlanner, PlanContext, Session
+from tune_advisor.planner import PlanContext, Session, plan
+from tune_advisor.planner.grid import combinations
 from tune_advisor.probe.result import Status
 
 from ..fakes import FakeClock, FakeRunner
 
-CPU = DeviceFacts("cpu")
+CPU = DeviceFacts("cpu", bf16_supported=True)
+CPU_NO_BF16 = DeviceFacts("cpu", bf16_supported=False)
 CNN = WorkloadFacts(conv_layers=4, repeated_blocks="blocks: 2 x Block", dataset_len=10_000)
+MLP = WorkloadFacts(dataset_len=10_000)
+BLOCKS = WorkloadFacts(repeated_blocks="layers: 4 x Block", dataset_len=10_000)
 
 
-def plan(rate, workload=CNN, search=None, baseline=None, budget_s=None, memory=None):
+def run_plan(rate, workload=CNN, search=None, baseline=None, budget_s=None, memory=None, device=CPU,
+             strategy="adaptive"):
     runner, clock = FakeRunner(rate), FakeClock()
 
     def timed(probe_id, settings, role):
@@ -19,97 +26,230 @@ def plan(rate, workload=CNN, search=None, baseline=None, budget_s=None, memory=N
 
     session = Session(timed, budget_s, clock=clock)
     ctx = PlanContext(baseline=knobs.full_settings(baseline or {"batch_size": 16}), search=search or {},
-                      workload=workload, device=CPU, memory_budget_bytes=memory)
-    return FirstPlanner(ctx, session).run(), runner
+                      workload=workload, device=device, memory_budget_bytes=memory)
+    return plan(ctx, session, strategy), runner
+
+
+def tried(runner, name):
+    return sorted({c[name] for c in runner.calls})
 
 
 def cnn_rate(s):
     """bf16 1.5x, channels_last 1.2x, throughput climbs with batch up to 64, OOM from 256, workers useless."""
-    rate = 1000.0 * (1.5 if s["amp"] == "bf16" else 1) * (1.2 if s["channels_last"] else 1)
-    rate *= (1.0, 1.4, 1.7, 1.7)[min(3, [16, 32, 64, 128].index(s["batch_size"]))] if s["batch_size"] < 256 else 1
     if s["batch_size"] >= 256:
         return Status.OOM
-    if s["checkpointing"]:
-        rate *= 0.7
-    return rate
+    rate = 1000.0 * (1.5 if s["amp"] == "bf16" else 1) * (1.2 if s["channels_last"] else 1)
+    rate *= min(1.7, 1 + 0.7 * (s["batch_size"] - 16) / 48)  # 1x at 16 ... 1.7x from 64 up
+    return rate * (0.7 if s["checkpointing"] else 1)
 
 
 def test_combines_every_real_gain_and_confirms_it():
-    outcome, _ = plan(cnn_rate)
+    # GIVEN a CNN where bf16, channels_last and a batch of 64 each pay
+    outcome, runner = run_plan(cnn_rate)
+    # THEN all three are recommended, nothing else
     rec = outcome.recommended.settings
     assert rec["amp"] == "bf16" and rec["channels_last"] is True and rec["batch_size"] == 64
     assert rec["num_workers"] == 0 and rec["checkpointing"] is False
-    # 1.5 * 1.2 * 1.7 = 3.06x, re-measured interleaved
+    # AND the speedup (1.5 * 1.2 * 1.7 = 3.06x) comes from baseline and winner re-measured interleaved
     assert 2.9 < outcome.speedup["median"] < 3.2 and outcome.speedup["ci_low"] > 2.8
-    roles = [p.role for p in outcome.probes]
-    assert roles[-4:] == ["confirm:baseline", "confirm:recommended"] * 2
+    assert [p.role for p in outcome.probes][-4:] == ["confirm:baseline", "confirm:recommended"] * 2
+    # AND the knobs that could not pay were not probed, with the reason recorded
+    assert tried(runner, "num_workers") == [0] and tried(runner, "checkpointing") == [False]
+    assert any(d.startswith("num_workers: skipped: the step waits for data only") for d in outcome.decisions)
+    assert any(d.startswith("checkpointing: skipped: no batch size ran out of memory") for d in outcome.decisions)
 
 
 def test_not_applicable_knobs_are_skipped_with_their_reason_not_run():
-    outcome, runner = plan(cnn_rate)
+    outcome, runner = run_plan(cnn_rate)
     skipped = {knobs.describe(p.settings, outcome.baseline.settings): p.error
                for p in outcome.probes if p.status is Status.SKIPPED}
     assert "no CUDA device" in skipped["pin_memory=true"]
     assert "no CUDA device" in skipped["cudnn_benchmark=true"]
     assert "fp16" in skipped["amp=fp16"]
-    assert not any(c["pin_memory"] for c in runner.calls)
-
-
-def test_batch_ladder_stops_at_the_first_failure_and_never_recommends_it():
-    outcome, runner = plan(cnn_rate)
-    tried = sorted({c["batch_size"] for c in runner.calls})
-    assert 256 in tried and 512 not in tried  # stopped at the first OOM
-    assert outcome.recommended.settings["batch_size"] < 256
+    assert not any(c["pin_memory"] or c["amp"] == "fp16" for c in runner.calls)
 
 
 def test_batch_ladder_stops_on_a_plateau():
-    outcome, runner = plan(lambda s: 1000.0 * min(s["batch_size"], 32) / 16 if s["batch_size"] < 4096 else 1.0)
-    tried = sorted({c["batch_size"] for c in runner.calls})
-    assert tried[:4] == [16, 32, 64, 128] and 512 not in tried  # two steps without gain, then stop
+    # GIVEN throughput that doubles from 16 to 32 and is flat after
+    outcome, runner = run_plan(lambda s: 1000.0 * min(s["batch_size"], 32) / 16, workload=MLP)
+    # THEN the ladder stops at the first step without a gain
+    assert tried(runner, "batch_size") == [16, 32, 64]
     assert outcome.recommended.settings["batch_size"] == 32
-    assert any("past the throughput plateau" in u for u in outcome.unexplored)
+    assert any("batch_size=128: past the throughput plateau" in u for u in outcome.unexplored)
 
 
-def test_worker_ladder_finds_the_knee_of_an_io_bound_loader():
-    def io_rate(s):
-        return 100.0 * min(1 + s["num_workers"], 6)  # gains until 5 workers, flat after
+def test_oom_frontier_is_bisected_and_recorded():
+    # GIVEN throughput that keeps climbing with the batch, and an OOM from batch 200 up
+    def rate(s):
+        return Status.OOM if s["batch_size"] >= 200 else 10.0 * s["batch_size"]
 
-    outcome, _ = plan(io_rate, workload=WorkloadFacts(dataset_len=10_000), baseline={"batch_size": 4096})
-    assert outcome.recommended.settings["num_workers"] == 8  # the first ladder value at the plateau
-    assert outcome.speedup["median"] > 5
-
-
-def test_a_one_percent_gain_is_noise_and_not_recommended():
-    outcome, _ = plan(lambda s: 1000.0 * (1.01 if s["amp"] == "bf16" else 1.0), workload=WorkloadFacts(),
-                      search={"batch_size": [16]})
-    assert outcome.recommended.settings == outcome.baseline.settings
-    assert outcome.speedup is None
+    outcome, runner = run_plan(rate, workload=MLP, device=CPU_NO_BF16, search={"amp": ["off"]})
+    # THEN doubling stops at the first OOM and bisection narrows 128..256 to within an eighth
+    assert tried(runner, "batch_size") == [16, 32, 64, 128, 192, 208, 224, 256]
+    assert outcome.frontier["largest_ok"] == 192 and outcome.frontier["smallest_failed"] == 208
+    assert outcome.frontier["cause"].startswith("oom")
+    assert outcome.recommended.settings["batch_size"] == 192
+    assert outcome.plan_summary()["frontier"] is outcome.frontier
 
 
-def test_a_failing_baseline_ends_the_plan_with_a_note():
-    outcome, runner = plan(lambda s: Status.DIVERGED)
-    assert len(runner.calls) == 1 and outcome.recommended is outcome.baseline
-    assert "baseline probe failed (diverged)" in outcome.notes[0]
+def test_a_listed_batch_search_is_walked_not_bisected():
+    def rate(s):
+        return Status.OOM if s["batch_size"] >= 200 else 10.0 * s["batch_size"]
+
+    outcome, runner = run_plan(rate, workload=MLP, search={"batch_size": [16, 64, 256], "amp": ["off"]})
+    assert tried(runner, "batch_size") == [16, 64, 256]
+    assert outcome.recommended.settings["batch_size"] == 64
 
 
-def test_budget_stops_probing_and_lists_what_was_left():
-    # 5 s per probe, 30 s budget: the baseline and a few probes, keeping room for the confirmation
-    outcome, runner = plan(cnn_rate, budget_s=30)
-    assert len(runner.calls) <= 6
-    assert any("over budget" in u for u in outcome.unexplored)
+def test_amp_that_frees_memory_reopens_the_batch_ladder():
+    # GIVEN a model whose activations halve under bf16 (memory limit 100 MiB) and throughput that climbs with the
+    # batch; bf16 itself gives only 5%, so the planner tries the batch first
+    def rate(s):
+        per_sample = 2**20 * (0.5 if s["amp"] == "bf16" else 1.0)
+        memory = s["batch_size"] * per_sample
+        if memory > 100 * 2**20:
+            return Status.OOM
+        return {"rate": 10.0 * s["batch_size"] * (1.05 if s["amp"] == "bf16" else 1), "memory": memory}
+
+    outcome, runner = run_plan(rate, workload=MLP, device=CPU_NO_BF16)
+    # THEN after bf16 is kept, the ladder climbs past the old frontier (96 fits in fp32, 104 does not)
+    assert outcome.frontier["largest_ok"] > 128
+    rec = outcome.recommended.settings
+    assert rec["amp"] == "bf16" and rec["batch_size"] == outcome.frontier["largest_ok"]
+    first_bf16 = next(i for i, c in enumerate(runner.calls) if c["amp"] == "bf16")
+    assert runner.calls[first_bf16]["batch_size"] == 96
+    assert any(c["amp"] == "bf16" and c["batch_size"] > 128 for c in runner.calls[first_bf16:])
 
 
-def test_memory_budget_stops_the_batch_ladder():
-    outcome, runner = plan(cnn_rate, memory=40 * 2**20)  # the fake peak is batch_size MiB
-    assert max(c["batch_size"] for c in runner.calls) == 64
-    assert any("memory budget" in n for n in outcome.notes)
+def test_a_larger_batch_reopens_the_loader_ladder():
+    # GIVEN a loader that keeps up at small batches but not at large ones
+    def rate(s):
+        bs, workers = s["batch_size"], s["num_workers"]
+        if bs < 128:
+            return {"rate": 10.0 * bs, "wait": 0.01}
+        loader_rate, compute_rate = 1000.0 * (1 + workers), 10.0 * bs
+        return {"rate": min(loader_rate, compute_rate), "wait": max(0.0, 1 - loader_rate / compute_rate)}
+
+    outcome, runner = run_plan(rate, workload=MLP, device=CPU_NO_BF16, search={"amp": ["off"]})
+    # THEN workers were skipped at first (no data wait) and tried once the batch made the loader the bottleneck
+    first_worker_probe = next(i for i, c in enumerate(runner.calls) if c["num_workers"] > 0)
+    assert runner.calls[first_worker_probe]["batch_size"] >= 128
+    rec = outcome.recommended.settings
+    assert rec["batch_size"] >= 128 and rec["num_workers"] >= 2
 
 
-def test_channels_last_that_pays_only_under_amp_is_tried_with_the_amp_winner():
+def test_channels_last_that_pays_only_under_amp_is_judged_with_amp():
     def rate(s):
         bf16 = s["amp"] == "bf16"
         return 1000.0 * (1.6 if bf16 else 1) * (1.3 if bf16 and s["channels_last"] else 1)
 
-    outcome, runner = plan(rate, search={"batch_size": [16], "num_workers": [0]})
+    outcome, runner = run_plan(rate, search={"batch_size": [16]})
     assert outcome.recommended.settings["channels_last"] is True and outcome.recommended.settings["amp"] == "bf16"
-    assert {"amp": "bf16", "channels_last": True}.items() <= runner.calls[-5].items()  # the partner probe
+    assert {"amp": "bf16", "channels_last": True}.items() <= runner.calls[2].items()
+
+
+def test_checkpointing_is_tried_where_memory_stopped_a_climbing_batch():
+    # GIVEN throughput still climbing when batch 128 runs out of memory; checkpointing halves the memory at 30% cost
+    def rate(s):
+        memory = s["batch_size"] * 2**20 * (0.5 if s["checkpointing"] else 1.0)
+        if memory > 100 * 2**20:
+            return Status.OOM
+        return {"rate": 10.0 * s["batch_size"] * (0.7 if s["checkpointing"] else 1), "memory": memory}
+
+    outcome, runner = run_plan(rate, workload=BLOCKS, device=CPU_NO_BF16, search={"amp": ["off"]})
+    # THEN checkpointing is tried at the batch that did not fit, and kept because 128 x 0.7 beats 64
+    rec = outcome.recommended.settings
+    assert rec["checkpointing"] is True and rec["batch_size"] >= 128
+    assert any(d.startswith("checkpointing: kept") for d in outcome.decisions)
+
+
+def test_worker_ladder_finds_the_knee_of_an_io_bound_loader():
+    def io_rate(s):
+        rate = 100.0 * min(1 + s["num_workers"], 6)  # gains until 5 workers, flat after
+        return {"rate": rate, "wait": 1 - rate / 650}
+
+    outcome, runner = run_plan(io_rate, workload=MLP, baseline={"batch_size": 4096})
+    assert outcome.recommended.settings["num_workers"] == 8  # the first ladder value at the plateau
+    assert tried(runner, "num_workers") == [0, 1, 2, 4, 8, 16]
+    assert outcome.speedup["median"] > 5
+
+
+def test_a_data_bound_step_skips_compute_knobs_until_the_loader_keeps_up():
+    # GIVEN 95% data wait with no workers; bf16 would speed the compute part up 1.6x
+    def rate(s):
+        compute_s, load_s = 1.0 / (1.6 if s["amp"] == "bf16" else 1), 19.0 / (1 + s["num_workers"])
+        step = max(compute_s, load_s) if s["num_workers"] else compute_s + load_s
+        return {"rate": 1000.0 / step, "wait": (step - compute_s) / step}
+
+    outcome, runner = run_plan(rate, workload=MLP, search={"batch_size": [16], "num_workers": [0, 8, 32]})
+    # THEN bf16 is not tried while the step waits for data, and is tried (and kept) once 32 workers keep up
+    first_bf16 = next(c for c in runner.calls if c["amp"] == "bf16")
+    assert first_bf16["num_workers"] == 32
+    assert outcome.recommended.settings["amp"] == "bf16"
+
+
+def test_a_one_percent_gain_is_noise_and_not_recommended():
+    outcome, _ = run_plan(lambda s: 1000.0 * (1.01 if s["amp"] == "bf16" else 1.0), workload=WorkloadFacts(),
+                          search={"batch_size": [16]})
+    assert outcome.recommended.settings == outcome.baseline.settings
+    assert outcome.speedup is None
+    assert "amp: no value beat (baseline) beyond the noise" in outcome.decisions
+
+
+def test_a_failing_baseline_ends_the_plan_with_a_note():
+    outcome, runner = run_plan(lambda s: Status.DIVERGED)
+    assert len(runner.calls) == 1 and outcome.recommended is outcome.baseline
+    assert "baseline probe failed (diverged)" in outcome.notes[0]
+
+
+def test_budget_stops_probing_keeps_the_confirmation_and_lists_what_was_left():
+    # GIVEN 5 s probes and a 40 s budget
+    outcome, runner = run_plan(cnn_rate, budget_s=40)
+    # THEN the plan, confirmation included, ends within the budget and says what it did not explore
+    assert len(runner.calls) * 5.0 <= 40
+    assert outcome.speedup is not None
+    assert any("over budget" in u for u in outcome.unexplored)
+
+
+def test_memory_budget_stops_the_batch_ladder():
+    # GIVEN a 40 MiB budget (the fake peak is batch_size MiB)
+    outcome, runner = run_plan(cnn_rate, memory=40 * 2**20)
+    # THEN 64 is predicted over budget from the 16 and 32 probes, and bisection finds 40 still fits
+    plain = [c["batch_size"] for c in runner.calls if not c["checkpointing"]]
+    assert 64 not in plain and max(plain) == 40
+    assert outcome.recommended.settings["batch_size"] == 40
+    assert any("memory budget" in n for n in outcome.notes)
+
+
+def test_a_batch_predicted_over_the_memory_budget_is_not_run():
+    # GIVEN peaks of 100 MiB + 1 MiB per sample and a 300 MiB budget
+    def rate(s):
+        return {"rate": 10.0 * s["batch_size"], "memory": (100 + s["batch_size"]) * 2**20}
+
+    outcome, runner = run_plan(rate, workload=MLP, device=CPU_NO_BF16, search={"amp": ["off"]},
+                               memory=300 * 2**20)
+    assert 256 not in tried(runner, "batch_size")  # predicted 356 MiB from the 64 and 128 probes
+    assert "predicted peak memory" in outcome.frontier["cause"]
+
+
+def test_grid_runs_the_full_factorial_and_confirms_its_best():
+    search = {"batch_size": [16, 32, 64], "amp": ["off", "bf16"], "channels_last": [False, True]}
+    outcome, runner = run_plan(cnn_rate, search=search, strategy="grid")
+    ran = [p for p in outcome.probes if p.role == "grid"]
+    assert len(ran) == 12 - 1  # the baseline is one of the 12 and is reused
+    assert outcome.recommended.settings == {**outcome.baseline.settings, "batch_size": 64, "amp": "bf16",
+                                            "channels_last": True}
+    assert outcome.speedup["ci_low"] > 2.8
+
+
+def test_grid_skips_combinations_that_do_not_apply():
+    outcome, runner = run_plan(cnn_rate, search={"amp": ["off", "fp16"], "batch_size": [16, 32]}, strategy="grid")
+    assert not any(c["amp"] == "fp16" for c in runner.calls)
+    assert len([p for p in outcome.probes if p.status is Status.SKIPPED]) == 2
+
+
+def test_grid_combinations_keep_unsearched_knobs_at_their_baseline():
+    ctx = PlanContext(baseline=knobs.full_settings({"batch_size": 8, "num_workers": 2}),
+                      search={"batch_size": [8, 16]}, workload=MLP, device=CPU)
+    combos = combinations(ctx)
+    assert [c["batch_size"] for c in combos] == [8, 16] and all(c["num_workers"] == 2 for c in combos)

@@ -29,6 +29,8 @@ def command(
     min_steps: int = typer.Option(10, help="Measure each probe at least this many steps after warm-up."),
     warmup: int = typer.Option(3, help="Warm-up steps excluded from the timing."),
     seed: int = typer.Option(0, help="Seed for the model, data order and sampling."),
+    strategy: str = typer.Option("adaptive", help="adaptive: the most promising knobs first, within the budget; "
+                                                  "grid: every combination of the workload's SEARCH values."),
     json_out: bool = typer.Option(False, "--json", help="Print results.json to stdout when done."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors (and --json output)."),
 ) -> None:
@@ -60,7 +62,8 @@ def command(
         status.start()
     try:
         result = api.analyze(file, out=out, device=device, budget=budget, probe_timeout=probe_timeout,
-                             max_memory=max_memory, protocol=protocol, seed=seed, command=sys.argv,
+                             max_memory=max_memory, protocol=protocol, seed=seed, strategy=strategy,
+                             command=sys.argv,
                              on_start=on_start, on_probe=on_probe, on_probe_start=on_probe_start)
     finally:
         if status is not None:

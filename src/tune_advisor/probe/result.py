@@ -57,8 +57,16 @@ class ProbeResult:
         return self.throughput()[0] if self.ok else float("nan")
 
     def data_wait_frac(self) -> float | None:
+        """Share of the measured step time spent waiting for the next batch."""
+        return self._share("data_wait_s")
+
+    def copy_frac(self) -> float | None:
+        """Share of the measured step time spent copying the batch to the device."""
+        return self._share("h2d_s")
+
+    def _share(self, key: str) -> float | None:
         total = sum(self.step_s)
-        return sum(self.raw.get("data_wait_s", [])) / total if total > 0 else None
+        return sum(self.raw.get(key, [])) / total if total > 0 else None
 
     def to_dict(self) -> dict[str, Any]:
         """The PROBE object of results.json (SPEC §7), plus the raw samples it was computed from."""

@@ -1,0 +1,352 @@
+"""The default planner: coordinate ascent over the knobs, most promising first, re-opening what interacts (SPEC §5).
+
+Each round it asks, of the current best probe, how much each knob could still gain — a bound computed from what that
+probe measured (the share of the step spent waiting for data or copying to the device, whether the batch ladder hit a
+memory limit) — and explores the most promising knob on top of the current best. Knobs that cannot pay the minimum
+gain are skipped, with the reason. A change is kept only if it beats the current best beyond the noise.
+Kept changes re-open the knobs they interact with (INTERACTIONS). The plan ends with the confirmation: baseline and
+winner re-measured interleaved.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from .. import knobs
+from ..probe.result import ProbeResult
+from .session import MIN_GAIN, Outcome, PlanContext, Session, beats, confirm, describe_gain, gain
+
+MIN_DATA_WAIT = 0.03  # below this share of the step spent waiting for data, more loader workers cannot pay MIN_GAIN
+MIN_COPY_SHARE = 0.03  # likewise for host-to-device copies and pinned memory
+MAX_VISITS = 3  # how often one knob may be (re-)explored: bounds the re-opening
+DEFAULT_MAX_BATCH = 4096
+WORKER_LADDER = (0, 1, 2, 4, 8, 16, 32, 64)  # when SEARCH does not name num_workers: I/O-bound loaders pay past cores
+BISECT_RESOLUTION = 8  # bisection stops when the gap is at most max(8, an eighth of the largest batch that fit)
+
+# Rough speedups of the compute part of a step, used only to order the knobs and to skip those that cannot pay
+# when the step is dominated by something else. Measurements decide; these never enter a recommendation.
+COMPUTE_SPEEDUP = {"amp": 1.6, "amp_slow_cpu": 1.05, "channels_last": 1.1, "channels_last_amp": 1.2,
+                   "batch_size": 1.2, "cudnn_benchmark": 1.1}
+
+# Exploration order when prospects tie, and the knobs this planner knows.
+ORDER = ("num_workers", "amp", "channels_last", "batch_size", "checkpointing", "pin_memory", "cudnn_benchmark")
+
+# A kept change re-opens these knobs: AMP frees memory (a larger batch may fit) and changes which memory format is
+# fastest; checkpointing is worth only the batch it makes fit; a larger batch loads the input pipeline more; once the
+# loader keeps up, faster compute shows.
+INTERACTIONS = {
+    "amp": ("batch_size", "channels_last"),
+    "checkpointing": ("batch_size",),
+    "batch_size": ("num_workers",),
+    "num_workers": ("amp", "channels_last", "batch_size"),
+}
+
+
+@dataclass
+class Prospect:
+    speedup: float  # what the knob could plausibly still gain on top of the current best
+    why_not: str | None = None  # set when it is not worth a probe
+
+
+class AdaptivePlanner:
+    strategy = "adaptive"
+
+    def __init__(self, ctx: PlanContext, session: Session):
+        self.ctx, self.session = ctx, session
+        self.notes: list[str] = []
+        self.decisions: list[str] = []
+        self.frontier: dict[str, Any] | None = None
+        self.visits: Counter[str] = Counter()
+
+    # --- the plan -------------------------------------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        s, ctx = self.session, self.ctx
+        base = s.run(ctx.baseline, "baseline")
+        if not base.ok:
+            self.notes.append(f"the baseline probe failed ({base.status.value}): nothing to compare against; "
+                              "fix that first")
+            return self._outcome(base, base, None)
+        self._record_not_applicable()
+
+        current, done = base, set()
+        while True:
+            todo = [k for k in ORDER if k not in done and self.visits[k] < MAX_VISITS]
+            prospects = {k: self.prospect(k, current) for k in todo}
+            live = {k: p for k, p in prospects.items() if p.why_not is None}
+            if not live:
+                for name, p in prospects.items():
+                    if p.why_not and self.alternatives(name, current):
+                        self.decisions.append(f"{name}: skipped: {p.why_not}")
+                        s.unexplored.append(f"{name}: {p.why_not}")
+                break
+            if not s.affordable():
+                s.unexplored.extend(f"{name}: over budget" for name in live)
+                break
+            name = max(live, key=lambda k: live[k].speedup)  # first in ORDER on ties
+            done.add(name)
+            self.visits[name] += 1
+            found = self.explore(name, current)
+            if found is not current:
+                self.decisions.append(f"{name}: kept {knobs.describe(found.settings, current.settings)} "
+                                      f"({describe_gain(current, found)})")
+                done.difference_update(INTERACTIONS.get(name, ()))
+                current = found
+            else:
+                self.decisions.append(f"{name}: no value beat {knobs.describe(current.settings, base.settings)} "
+                                      "beyond the noise")
+
+        speedup = None
+        if current is not base:
+            current, speedup = confirm(s, base, current, self.notes)
+        return self._outcome(base, current, speedup)
+
+    def _outcome(self, base: ProbeResult, recommended: ProbeResult, speedup: dict | None) -> Outcome:
+        s = self.session
+        return Outcome(self.strategy, base, recommended, speedup, s.probes, s.unexplored, self.notes,
+                       self.decisions, self.frontier)
+
+    def _record_not_applicable(self) -> None:
+        """Not-applicable values become skipped probes with their reason, so the report lists them."""
+        ctx = self.ctx
+        for name in ORDER:
+            for value in self._values(name):
+                reason = knobs.not_applicable(name, value, ctx.workload, ctx.device)
+                if reason and value != ctx.baseline[name]:
+                    self.session.skip({**ctx.baseline, name: value}, f"knob:{name}", reason)
+
+    # --- which values and how promising ---------------------------------------------------------------------------
+
+    def _values(self, name: str) -> list:
+        """Candidate values: SEARCH's, else the knob's own candidates (ladders are generated), plus the baseline's."""
+        if name in self.ctx.search:
+            values = list(self.ctx.search[name])
+        elif name == "num_workers":
+            values = list(WORKER_LADDER)
+        elif name == "batch_size":
+            bound = min(DEFAULT_MAX_BATCH, self.ctx.workload.dataset_len or DEFAULT_MAX_BATCH)
+            values, v = [], self.ctx.baseline["batch_size"]
+            while v <= bound:
+                values.append(v)
+                v *= 2
+        else:
+            values = list(knobs.KNOBS[name].candidates)
+        if self.ctx.baseline[name] not in values:
+            values.append(self.ctx.baseline[name])
+        return values
+
+    def alternatives(self, name: str, current: ProbeResult) -> list:
+        """Applicable values of `name` other than the current one."""
+        ctx = self.ctx
+        return [v for v in self._values(name) if v != current.settings[name]
+                and not knobs.not_applicable(name, v, ctx.workload, ctx.device)]
+
+    def prospect(self, name: str, current: ProbeResult) -> Prospect:
+        """How much `name` could still gain over `current`, judged from what `current` measured."""
+        if not self.alternatives(name, current):
+            return Prospect(1.0, "no other applicable value to try")
+        wait = current.data_wait_frac() or 0.0
+
+        def through_compute(speedup: float) -> Prospect:
+            bound = 1 / (wait + (1 - wait) / speedup)
+            if bound >= 1 + MIN_GAIN:
+                return Prospect(bound)
+            return Prospect(bound, f"the step is {wait:.0%} waiting for data, so faster compute could gain at most "
+                                   f"{bound - 1:.0%}")
+
+        if name == "num_workers":
+            if wait < MIN_DATA_WAIT:
+                return Prospect(1.0, f"the step waits for data only {wait:.1%} of the time: more loader workers "
+                                     f"cannot gain {MIN_GAIN:.0%}")
+            return Prospect(1 / (1 - 0.9 * wait))
+        if name == "amp":
+            fast = self.ctx.device.type == "cuda" or self.ctx.device.bf16_supported
+            return through_compute(COMPUTE_SPEEDUP["amp" if fast else "amp_slow_cpu"])
+        if name == "channels_last":
+            amp_on = current.settings["amp"] != "off"
+            return through_compute(COMPUTE_SPEEDUP["channels_last_amp" if amp_on else "channels_last"])
+        if name in ("batch_size", "cudnn_benchmark"):
+            return through_compute(COMPUTE_SPEEDUP[name])
+        if name == "pin_memory":
+            copy = current.copy_frac() or 0.0
+            if copy < MIN_COPY_SHARE:
+                return Prospect(1.0, f"host-to-device copies take only {copy:.1%} of the step")
+            return Prospect(1 / (1 - 0.5 * copy))
+        if name == "checkpointing":
+            return self._checkpointing_prospect(current)
+        return Prospect(1.0, "this planner does not know the knob")
+
+    def _checkpointing_prospect(self, current: ProbeResult) -> Prospect:
+        """Checkpointing trades compute for memory: it can pay only when memory stopped a batch ladder that was
+        still gaining, at the current batch size."""
+        f = self.frontier
+        if current.settings["checkpointing"]:
+            return Prospect(1.0, "already on")
+        if f is None:
+            return Prospect(1.0, "no batch size ran out of memory, so there is no larger batch for it to make fit")
+        if f["largest_ok"] != current.settings["batch_size"] or not f["still_gaining"]:
+            return Prospect(1.0, f"throughput stopped growing below the memory limit (batch_size "
+                                 f"{f['largest_ok']} fits): a larger batch would not pay for the recomputation")
+        return Prospect(f["last_step_gain"])
+
+    # --- exploring one knob ---------------------------------------------------------------------------------------
+
+    def explore(self, name: str, current: ProbeResult) -> ProbeResult:
+        if name == "batch_size":
+            return self.batch_ladder(current)
+        if name == "num_workers":
+            return self.worker_ladder(current)
+        if name == "checkpointing":
+            return self.checkpointing(current)
+        return self.choice(name, current)
+
+    def choice(self, name: str, current: ProbeResult) -> ProbeResult:
+        """Each other value of `name` on top of `current`; the best that beats it."""
+        best = current
+        for value in self.alternatives(name, current):
+            if not self.session.affordable():
+                self.session.unexplored.append(f"{name}={value}: over budget")
+                continue
+            result = self.session.run({**current.settings, name: value}, f"knob:{name}")
+            if self._usable(result) and beats(best, result):
+                best = result
+        return best
+
+    def worker_ladder(self, current: ProbeResult) -> ProbeResult:
+        start = current.settings["num_workers"]
+        values = sorted(self.alternatives("num_workers", current))
+        ups = [v for v in values if v > start]
+        best = self._ladder("num_workers", current, ups)
+        if best is current and start > 0:  # more did not help: maybe fewer do (oversubscribed cores)
+            best = self._ladder("num_workers", current, [v for v in reversed(values) if v < start])
+        return best
+
+    def batch_ladder(self, current: ProbeResult) -> ProbeResult:
+        start = current.settings["batch_size"]
+        listed = "batch_size" in self.ctx.search
+        values = sorted(self.alternatives("batch_size", current))
+        if not listed:  # keep doubling from wherever the batch stands now
+            bound = min(DEFAULT_MAX_BATCH, self.ctx.workload.dataset_len or DEFAULT_MAX_BATCH)
+            values = [start * 2**i for i in range(1, 13) if start * 2**i <= bound]
+        ups = [v for v in values if v > start]
+        best = self._ladder("batch_size", current, ups)
+        if best is current and listed:
+            best = self._ladder("batch_size", current, [v for v in reversed(values) if v < start])
+        f = self.frontier
+        if (f and not listed and f["still_gaining"] and f["largest_ok"] == best.settings["batch_size"]
+                and f["settings"] == _without(best.settings, "batch_size")):
+            best = self.bisect(best)
+        return best
+
+    def _ladder(self, name: str, current: ProbeResult, values: list) -> ProbeResult:
+        """Walk `values` of `name` in order on top of `current`. Stops at a failure or the memory budget (recording
+        the frontier), or at the plateau: the first step whose median gain over the previous one is below MIN_GAIN.
+        Returns the best probe; a later value replaces an earlier one only when it beats it beyond the noise."""
+        s, best, previous, previous_gain = self.session, current, current, None
+        steps = []
+        for i, value in enumerate(values):
+            settings = {**current.settings, name: value}
+            predicted = self._predicted_over_budget(settings) if name == "batch_size" else None
+            if predicted:
+                self._set_frontier(previous, value, predicted, best is previous, previous_gain)
+                self.notes.append(f"batch_size ladder stopped before batch_size={value}: {predicted}")
+                break
+            if not s.affordable():
+                s.unexplored.extend(f"{name}={v}: over budget" for v in values[i:])
+                break
+            result = s.run(settings, f"ladder:{name}")
+            steps.append(f"{value} ({result.status.value})")
+            if not self._usable(result):
+                if name == "batch_size":
+                    self._set_frontier(previous, value, self._failure(result), best is previous, previous_gain)
+                self.notes.append(f"{name} ladder stopped at {name}={value}: {self._failure(result)}")
+                break
+            step_gain = gain(previous, result)[0]
+            if beats(best, result):
+                best = result
+            if step_gain < 1 + MIN_GAIN:
+                s.unexplored.extend(f"{name}={v}: past the throughput plateau" for v in values[i + 1:])
+                break
+            if name == "num_workers" and (best.data_wait_frac() or 0.0) < MIN_DATA_WAIT:
+                break  # nothing left to wait for
+            previous, previous_gain = result, step_gain
+        if steps:
+            self.decisions.append(f"{name} ladder: {' -> '.join(steps)}")
+        return best
+
+    def bisect(self, best: ProbeResult) -> ProbeResult:
+        """Narrow the gap between the largest batch that fit and the smallest that did not."""
+        f = self.frontier
+        while f["smallest_failed"] - f["largest_ok"] > max(BISECT_RESOLUTION, f["largest_ok"] // 8):
+            lo, hi = f["largest_ok"], f["smallest_failed"]
+            mid = lo + (hi - lo) // 2
+            rounded = mid - mid % BISECT_RESOLUTION  # round batch sizes people would pick
+            mid = rounded if rounded > lo else mid
+            if not self.session.affordable():
+                self.session.unexplored.append(f"batch_size between {lo} and {hi}: over budget")
+                break
+            settings = {**best.settings, "batch_size": mid}
+            predicted = self._predicted_over_budget(settings)
+            result = None if predicted else self.session.run(settings, "bisect:batch_size")
+            if result is not None and self._usable(result):
+                f["largest_ok"] = mid
+                if beats(best, result):
+                    best = result
+            else:
+                f["smallest_failed"] = mid
+                f["cause"] = predicted or self._failure(result)
+        self.decisions.append(f"batch_size frontier: {f['largest_ok']} fits, {f['smallest_failed']} does not "
+                              f"({f['cause']})")
+        return best
+
+    def checkpointing(self, current: ProbeResult) -> ProbeResult:
+        """Checkpointing at twice the largest batch that fit without it; if kept, the re-opened batch ladder goes on
+        from there."""
+        settings = {**current.settings, "checkpointing": True, "batch_size": 2 * self.frontier["largest_ok"]}
+        result = self.session.run(settings, "knob:checkpointing")
+        return result if self._usable(result) and beats(current, result) else current
+
+    # --- memory ---------------------------------------------------------------------------------------------------
+
+    def _usable(self, result: ProbeResult) -> bool:
+        """Finished, and within the memory budget (a run past the budget is not recommendable)."""
+        budget = self.ctx.memory_budget_bytes
+        return result.ok and not (budget and (result.peak_memory_bytes or 0) > budget)
+
+    def _failure(self, result: ProbeResult) -> str:
+        if result.ok:
+            return (f"peak memory {result.peak_memory_bytes / 2**30:.2f} GiB is over the memory budget of "
+                    f"{self.ctx.memory_budget_bytes / 2**30:.2f} GiB")
+        return f"{result.status.value}" + (f": {result.error}" if result.error else "")
+
+    def _set_frontier(self, last_ok: ProbeResult, failed_batch: int, cause: str, still_gaining: bool,
+                      last_step_gain: float | None) -> None:
+        self.frontier = {
+            "largest_ok": last_ok.settings["batch_size"], "smallest_failed": failed_batch, "cause": cause,
+            "still_gaining": still_gaining,
+            # unknown when the first step up already failed: then only a probe can tell
+            "last_step_gain": last_step_gain if last_step_gain is not None else 1 + MIN_GAIN,
+            "settings": _without(last_ok.settings, "batch_size"),
+        }
+
+    def _predicted_over_budget(self, settings: dict[str, Any]) -> str | None:
+        """Why this batch would not fit, when a straight line through the measured peaks (same settings, other batch
+        sizes) puts it over the memory budget: then it is not run."""
+        budget = self.ctx.memory_budget_bytes
+        same = _without(settings, "batch_size")
+        points = sorted({p.settings["batch_size"]: p.peak_memory_bytes for p in self.session.probes
+                         if p.ok and p.peak_memory_bytes and _without(p.settings, "batch_size") == same}.items())
+        if not budget or len(points) < 2:
+            return None
+        (b0, m0), (b1, m1) = points[-2], points[-1]
+        predicted = m1 + (m1 - m0) / (b1 - b0) * (settings["batch_size"] - b1)
+        if predicted <= budget:
+            return None
+        return (f"predicted peak memory {predicted / 2**30:.2f} GiB is over the memory budget of "
+                f"{budget / 2**30:.2f} GiB")
+
+
+def _without(settings: dict[str, Any], name: str) -> dict[str, Any]:
+    return {k: v for k, v in settings.items() if k != name}

@@ -1,0 +1,158 @@
+"""What every planner shares: the probe session and its budget, the noise-aware comparison, the confirmation.
+
+Planners talk to the world only through `Session.run`, a callable from settings to a ProbeResult, so tests drive
+them with a fake runner in milliseconds.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .. import knobs
+from ..analysis import stats
+from ..probe.result import ProbeResult, Status
+
+MIN_GAIN = 0.03  # a change must beat its reference by 3% (and its ratio CI must exclude 1) to be kept
+CONFIRM_ROUNDS = 2  # baseline and winner re-measured A B A B
+CONFIRM_RESERVE = 2 * CONFIRM_ROUNDS  # probes kept back from the budget for the confirmation
+
+
+@dataclass
+class PlanContext:
+    baseline: dict[str, Any]  # every knob
+    search: dict[str, list]  # the workload's SEARCH
+    workload: knobs.WorkloadFacts
+    device: knobs.DeviceFacts
+    memory_budget_bytes: int | None = None
+
+
+@dataclass
+class Outcome:
+    strategy: str
+    baseline: ProbeResult
+    recommended: ProbeResult
+    speedup: dict[str, Any] | None
+    probes: list[ProbeResult]
+    unexplored: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    decisions: list[str] = field(default_factory=list)  # why each knob was kept, dropped or skipped
+    frontier: dict[str, Any] | None = None  # the batch-size memory frontier, when one was found
+
+    def plan_summary(self) -> dict[str, Any]:
+        """The `plan` object of results.json."""
+        return {"strategy": self.strategy, "decisions": list(self.decisions), "frontier": self.frontier}
+
+
+Runner = Callable[[str, dict[str, Any], str], ProbeResult]  # (probe id, settings, role) -> result
+
+
+class Session:
+    """Runs probes through `runner`, numbers them, reuses identical settings, and keeps the wall-time budget.
+
+    `started` lets the budget include work done before planning (inspecting the workload).
+    """
+
+    def __init__(self, runner: Runner, budget_s: float | None = None,
+                 on_probe: Callable[[ProbeResult], None] | None = None, clock: Callable[[], float] = time.monotonic,
+                 started: float | None = None):
+        self.runner, self.budget_s, self.on_probe, self.clock = runner, budget_s, on_probe, clock
+        self.started = clock() if started is None else started
+        self.probes: list[ProbeResult] = []
+        self.unexplored: list[str] = []
+        self._by_settings: dict[tuple, ProbeResult] = {}
+
+    def elapsed(self) -> float:
+        return self.clock() - self.started
+
+    def typical_probe_s(self) -> float:
+        walls = [p.wall_s for p in self.probes if p.wall_s > 0]
+        return stats.median(walls) if walls else 0.0
+
+    def affordable(self, probes: int = 1, reserve: int = CONFIRM_RESERVE) -> bool:
+        """Whether `probes` more (keeping `reserve` for the confirmation) fit in what is left of the budget."""
+        if self.budget_s is None:
+            return True
+        return self.elapsed() + (probes + reserve) * self.typical_probe_s() <= self.budget_s
+
+    def seen(self, settings: dict[str, Any]) -> ProbeResult | None:
+        return self._by_settings.get(_key(settings))
+
+    def run(self, settings: dict[str, Any], role: str, reuse: bool = True) -> ProbeResult:
+        key = _key(settings)
+        if reuse and key in self._by_settings:
+            return self._by_settings[key]
+        result = self.runner(f"p{len(self.probes) + 1:03d}", dict(settings), role)
+        result.role = result.role or role
+        self._record(result)
+        self._by_settings.setdefault(key, result)
+        return result
+
+    def skip(self, settings: dict[str, Any], role: str, reason: str) -> ProbeResult:
+        """Record a probe that was not run (not applicable), so the report says why."""
+        key = _key(settings)
+        if key in self._by_settings:
+            return self._by_settings[key]
+        result = ProbeResult(id=f"p{len(self.probes) + 1:03d}", settings=dict(settings), status=Status.SKIPPED,
+                             error=reason, role=role)
+        self._record(result)
+        self._by_settings[key] = result
+        return result
+
+    def _record(self, result: ProbeResult) -> None:
+        self.probes.append(result)
+        if self.on_probe:
+            self.on_probe(result)
+
+
+def _key(settings: dict[str, Any]) -> tuple:
+    return tuple(sorted(settings.items()))
+
+
+def gain(reference: ProbeResult, candidate: ProbeResult) -> tuple[float, float, float]:
+    """Throughput ratio candidate/reference: (median, ci_low, ci_high); NaNs when either failed."""
+    if not (reference.ok and candidate.ok):
+        return float("nan"), float("nan"), float("nan")
+    return stats.ratio_ci(reference.items, reference.step_s, candidate.items, candidate.step_s, seed=0)
+
+
+def beats(reference: ProbeResult, candidate: ProbeResult) -> bool:
+    """A gain larger than the noise: at least MIN_GAIN, and the ratio's 95% CI excludes 1."""
+    median, low, _ = gain(reference, candidate)
+    return median >= 1 + MIN_GAIN and low > 1.0
+
+
+def describe_gain(reference: ProbeResult, candidate: ProbeResult) -> str:
+    median, low, high = gain(reference, candidate)
+    if median != median:
+        return f"{candidate.status.value}"
+    return f"{median:.2f}x [{low:.2f}, {high:.2f}] over {reference.id}"
+
+
+def confirm(session: Session, base: ProbeResult, winner: ProbeResult,
+            notes: list[str]) -> tuple[ProbeResult, dict[str, Any] | None]:
+    """Re-measure baseline and winner interleaved (A B A B): drift hits both alike. Returns (recommended, speedup).
+
+    The winner stays recommended only if this interleaved measurement shows a gain beyond the noise too.
+    """
+    a_runs, b_runs = [], []
+    for _ in range(CONFIRM_ROUNDS):
+        a_runs.append(session.run(base.settings, "confirm:baseline", reuse=False))
+        b_runs.append(session.run(winner.settings, "confirm:recommended", reuse=False))
+    failed = [r for r in a_runs + b_runs if not r.ok]
+    if failed:
+        notes.append(f"confirmation probe {failed[0].id} failed ({failed[0].status.value}: {failed[0].error}); "
+                     "keeping the baseline")
+        return base, None
+    pooled = [[x for r in runs for x in getattr(r, attr)] for runs in (a_runs, b_runs) for attr in ("items", "step_s")]
+    median, low, high = stats.ratio_ci(*pooled)
+    speedup = {"median": median, "ci_low": low, "ci_high": high,
+               "method": f"baseline and recommended re-measured interleaved, {CONFIRM_ROUNDS} rounds",
+               "probes": [r.id for pair in zip(a_runs, b_runs) for r in pair]}
+    if not (median >= 1 + MIN_GAIN and low > 1.0):
+        notes.append(f"the confirmation measured {median:.2f}x [{low:.2f}, {high:.2f}] for "
+                     f"{knobs.describe(winner.settings, base.settings)}: within noise, so the baseline "
+                     "stays recommended")
+        return base, speedup
+    return winner, speedup
