@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from . import environment, knobs, results
+from . import environment, knobs, results, rules
 from . import workload as workload_mod
 from .errors import UsageError, WorkloadError
 from .planner import STRATEGIES, PlanContext, Session, plan
@@ -130,7 +130,8 @@ def prepare_out_dir(out: Path) -> Path:
 def analyze(path: str | Path, *, out: str | Path | None = None, device: str = "auto",
             budget: str | float | None = DEFAULT_BUDGET_S, probe_timeout: str | float = DEFAULT_PROBE_TIMEOUT_S,
             max_memory: str | int | None = None, protocol: Protocol | None = None, seed: int = 0,
-            strategy: str = "adaptive", command: list[str] | None = None,
+            strategy: str = "adaptive", select: list[str] | None = None, ignore: list[str] | None = None,
+            command: list[str] | None = None,
             on_probe: Callable[[ProbeResult, Session], None] | None = None,
             on_start: Callable[[Inspection, Session], None] | None = None,
             on_probe_start: Callable[[str, dict, str], None] | None = None) -> AnalysisResult:
@@ -138,6 +139,7 @@ def analyze(path: str | Path, *, out: str | Path | None = None, device: str = "a
     started = time.monotonic()  # the budget covers the whole analysis, inspecting the workload included
     if strategy not in STRATEGIES:
         raise UsageError(f"--strategy {strategy}: expected one of {', '.join(STRATEGIES)}")
+    rules.chosen(select, ignore)  # a bad --select/--ignore fails now, not after the probes
     budget_s = parse_duration(budget)
     timeout_s = parse_duration(probe_timeout)
     out_dir = prepare_out_dir(Path(out) if out else default_out_dir(path))
@@ -154,7 +156,7 @@ def analyze(path: str | Path, *, out: str | Path | None = None, device: str = "a
     document = results.new_document(command or sys.argv, environment.collect(device), {
         "path": str(path), "model_class": info.facts.model_class, "parameters": info.facts.parameters,
         "facts": vars(info.facts), "item_name": info.item_name, "search": info.search})
-    document["budget"]["limit_s"] = budget_s
+    document["budget"].update(limit_s=budget_s, memory_budget_bytes=memory_budget)
     results_path = out_dir / "results.json"
     results.write_atomic(results_path, document)
 
@@ -185,6 +187,7 @@ def analyze(path: str | Path, *, out: str | Path | None = None, device: str = "a
     document["speedup"] = outcome.speedup
     document["notes"] = outcome.notes
     document["plan"] = outcome.plan_summary()
+    document["findings"] = rules.evaluate(document, select, ignore)
     document["budget"].update(used_s=round(session.elapsed(), 3), probes_run=len(session.probes),
                               unexplored=list(outcome.unexplored))
     results.write_atomic(results_path, document)

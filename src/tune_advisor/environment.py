@@ -52,6 +52,7 @@ def resolve_device(requested: str) -> str:
 
 
 def collect(device: str) -> dict[str, Any]:
+    import psutil
     import torch
 
     gpu = None
@@ -68,6 +69,7 @@ def collect(device: str) -> dict[str, Any]:
         "cpu_model": cpu_model(),
         "cpu_flags": cpu_flags(),
         "cpu_count": os.cpu_count(),
+        "memory_total_bytes": psutil.virtual_memory().total,
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
         "python": sys.version.split()[0],

@@ -81,3 +81,36 @@ def test_cli_probe_prints_a_table_or_json(cli, tmp_path):
     assert result.exit_code == 0
     for label in ("status", "throughput", "step time", "data wait", "peak memory", "samples/s"):
         assert label in result.stdout
+
+
+def test_cli_grid_strategy_runs_every_search_combination(cli, tmp_path):
+    # GIVEN a workload whose SEARCH has 8 combinations, 4 of them with pin_memory (CUDA only)
+    out = tmp_path / "out"
+    result = cli("analyze", WORKLOADS / "tiny_search.py", "-o", out, "--device", "cpu", "--strategy", "grid",
+                 "--min-time", "0.1", "--min-steps", "3", "--warmup", "1", "--quiet")
+    assert result.exit_code == 0, result.output
+    saved = results.read(out / "results.json")
+    # THEN the 4 that apply ran once each (the baseline is one of them), the others were skipped with the reason
+    ran = {(p["settings"]["batch_size"], p["settings"]["num_workers"]) for p in saved["probes"]
+           if p["role"] in ("baseline", "grid")}
+    assert ran == {(16, 0), (16, 1), (32, 0), (32, 1)}
+    skipped = [p for p in saved["probes"] if p["status"] == "skipped"]
+    assert len(skipped) == 4 and all("no CUDA device" in p["error"] for p in skipped)
+    assert saved["plan"]["strategy"] == "grid" and saved["plan"]["decisions"]
+
+
+def test_cli_rejects_an_unknown_strategy(cli, tmp_path):
+    result = cli("analyze", WORKLOADS / "tiny_mlp.py", "-o", tmp_path, "--strategy", "random")
+    assert result.exit_code == 2 and "--strategy random: expected one of adaptive, grid" in result.output
+
+
+def test_budget_bounds_the_wall_time_and_lists_what_was_left(cli, tmp_path):
+    # GIVEN a loader-bound workload with more to explore than 30 s allow
+    out = tmp_path / "out"
+    result = cli("analyze", WORKLOADS / "tiny_io.py", "-o", out, "--device", "cpu", "--budget", "30s",
+                 "--min-time", "0.3", "--min-steps", "5", "--warmup", "1", "--quiet")
+    assert result.exit_code == 0, result.output
+    budget = results.read(out / "results.json")["budget"]
+    # THEN the whole analysis stays within 10% of the budget and says what it did not get to
+    assert budget["used_s"] <= 33
+    assert any("over budget" in u for u in budget["unexplored"])

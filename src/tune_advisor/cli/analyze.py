@@ -31,6 +31,9 @@ def command(
     seed: int = typer.Option(0, help="Seed for the model, data order and sampling."),
     strategy: str = typer.Option("adaptive", help="adaptive: the most promising knobs first, within the budget; "
                                                   "grid: every combination of the workload's SEARCH values."),
+    select: Optional[list[str]] = typer.Option(None, help="Only rules whose code starts with this (e.g. TA1); "
+                                                          "repeatable."),
+    ignore: Optional[list[str]] = typer.Option(None, help="Skip rules whose code starts with this; repeatable."),
     json_out: bool = typer.Option(False, "--json", help="Print results.json to stdout when done."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors (and --json output)."),
 ) -> None:
@@ -63,7 +66,7 @@ def command(
     try:
         result = api.analyze(file, out=out, device=device, budget=budget, probe_timeout=probe_timeout,
                              max_memory=max_memory, protocol=protocol, seed=seed, strategy=strategy,
-                             command=sys.argv,
+                             select=select, ignore=ignore, command=sys.argv,
                              on_start=on_start, on_probe=on_probe, on_probe_start=on_probe_start)
     finally:
         if status is not None:

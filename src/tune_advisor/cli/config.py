@@ -17,7 +17,8 @@ else:  # pragma: no cover - Python 3.10
 CONFIGURABLE = {
     "device": ("analyze", "probe"), "budget": ("analyze",), "probe_timeout": ("analyze", "probe"),
     "max_memory": ("analyze",), "min_time": ("analyze", "probe"), "min_steps": ("analyze", "probe"),
-    "warmup": ("analyze", "probe"), "seed": ("analyze",), "out": ("analyze",),
+    "warmup": ("analyze", "probe"), "seed": ("analyze",), "out": ("analyze",), "strategy": ("analyze",),
+    "select": ("analyze", "rules", "report"), "ignore": ("analyze", "rules", "report"),
 }
 
 

@@ -247,6 +247,8 @@ def _measure(spec: ProbeSpec, phase: Phase, out: dict[str, Any]) -> None:
 
     batches = iter(loader)
     epochs = 0
+    epoch_starts: list[int] = []  # measured steps whose batch began a new epoch (rule TA103)
+    sample_shapes: set = set()  # per-sample input shapes seen while measuring (rules TA502, TA503)
 
     def next_batch():
         nonlocal batches, epochs
@@ -259,6 +261,7 @@ def _measure(spec: ProbeSpec, phase: Phase, out: dict[str, Any]) -> None:
 
     def one_step(step: int, record: bool) -> float:
         t0 = time.perf_counter()
+        epoch = epochs
         host_batch = next_batch()
         t1 = time.perf_counter()
         batch = apply.to_device(host_batch, device, non_blocking, channels_last)
@@ -289,6 +292,9 @@ def _measure(spec: ProbeSpec, phase: Phase, out: dict[str, Any]) -> None:
             raw["h2d_s"].append(t2 - t1)
             raw["items"].append(_count_items(wl, host_batch))
             raw["loss"].append(value)
+            if epochs != epoch:
+                epoch_starts.append(len(raw["step_s"]) - 1)
+            sample_shapes.add(_sample_shape(host_batch))
         return t3 - t0
 
     phase(f"warm-up: waiting for the first batch ({settings['num_workers']} loader workers)")
@@ -320,6 +326,10 @@ def _measure(spec: ProbeSpec, phase: Phase, out: dict[str, Any]) -> None:
         "epochs_started": epochs,
         "torch_threads": torch.get_num_threads(),
         "noise": wave_noise(raw["step_s"], settings["num_workers"]),
+        "epoch_start_steps": epoch_starts,
+        "distinct_input_shapes": len(sample_shapes),
+        "input_shapes_static": len(sample_shapes) <= 1,
+        **_debug_switches(),
     })
     applied.update(evidence.report())
     phase("done")
@@ -332,6 +342,26 @@ def _count_items(wl, host_batch) -> float:
         return float(wl.count_items(host_batch))
     tensor = first_tensor(host_batch)
     return float(tensor.shape[0]) if tensor is not None and tensor.dim() > 0 else 1.0
+
+
+def _sample_shape(batch) -> tuple | None:
+    """Shape of the batch's first tensor without the batch dimension (a short last batch is not a new shape)."""
+    from .apply import first_tensor
+
+    tensor = first_tensor(batch)
+    return tuple(tensor.shape[1:]) if tensor is not None else None
+
+
+def _debug_switches() -> dict[str, Any]:
+    """Debugging switches the workload may have left on, each slowing every step (rule TA202)."""
+    import torch
+
+    profiler_enabled = getattr(torch._C._autograd, "_profiler_enabled", None)  # private; absent in some builds
+    return {
+        "anomaly_detection": torch.is_anomaly_enabled(),
+        "autograd_profiler": bool(profiler_enabled()) if profiler_enabled else None,
+        "cuda_launch_blocking": os.environ.get("CUDA_LAUNCH_BLOCKING", "0") not in ("", "0"),
+    }
 
 
 def _tree_cpu_seconds(proc) -> float:

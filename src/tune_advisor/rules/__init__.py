@@ -1,0 +1,71 @@
+"""The rules engine: small registered rules read a results.json document and return ranked findings.
+
+    from tune_advisor.rules import RULES, evaluate
+    findings = evaluate(document, select=["TA1", "TA4"], ignore=["TA103"])
+
+Each finding is the FINDING object of results.json (SPEC §7). Findings are ranked by the share of time per item
+that their fix saves, largest first; findings without a gain follow, errors before warnings before info.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from ..errors import UsageError
+from .context import Context, Finding
+from .registry import FAMILIES, RULES, SEVERITIES, Rule, rule
+
+# Importing a family module registers its rules.
+from . import input_pipeline, host, memory, precision, graph, numerics, environment  # noqa: E402,F401  isort:skip
+
+__all__ = ["RULES", "FAMILIES", "Rule", "evaluate", "chosen", "rule"]
+
+
+def parse_prefixes(values: Iterable[str] | None) -> list[str]:
+    """['TA1,TA3', ' ta401 '] -> ['TA1', 'TA3', 'TA401']; each must be the prefix of a registered code."""
+    prefixes = [part.strip().upper() for value in values or [] for part in str(value).split(",") if part.strip()]
+    unknown = [p for p in prefixes if not any(code.startswith(p) for code in RULES)]
+    if unknown:
+        raise UsageError(f"no rule code starts with {', '.join(unknown)}; valid codes: {', '.join(sorted(RULES))} "
+                         "(a prefix like TA1 selects a family)")
+    return prefixes
+
+
+def chosen(select: Iterable[str] | None = None, ignore: Iterable[str] | None = None) -> list[Rule]:
+    """The rules matching a `select` prefix (all when none) and no `ignore` prefix, in code order."""
+    selected, ignored = parse_prefixes(select), parse_prefixes(ignore)
+    return [r for code, r in sorted(RULES.items())
+            if (not selected or any(code.startswith(p) for p in selected))
+            and not any(code.startswith(p) for p in ignored)]
+
+
+def evaluate(document: dict[str, Any], select: list[str] | None = None,
+             ignore: list[str] | None = None) -> list[dict[str, Any]]:
+    """Run the chosen rules over a results.json document; return FINDING dicts ranked by time saved per item."""
+    ctx = Context(document)
+    findings = []
+    for r in chosen(select, ignore):
+        found = r.check(ctx)
+        if found is not None:
+            findings.append(to_dict(r, found))
+    return sorted(findings, key=_rank)
+
+
+def to_dict(r: Rule, f: Finding) -> dict[str, Any]:
+    return {
+        "code": r.code,
+        "name": r.name,
+        "severity": r.severity,
+        "message": f.message,
+        "evidence": f.evidence,
+        "fix": {"settings": f.settings, "snippet": f.snippet},
+        "gain": f.gain.to_dict(),
+        "probes": list(dict.fromkeys(f.probes + f.gain.probes)),
+        "docs": f"docs/rules/{r.code}.md",
+    }
+
+
+def _rank(finding: dict[str, Any]) -> tuple:
+    saved = finding["gain"]["time_saved_frac"]
+    return (-(saved if saved is not None else float("-inf")), SEVERITIES.index(finding["severity"]),
+            finding["code"])

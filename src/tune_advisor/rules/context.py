@@ -1,0 +1,272 @@
+"""What rules read: a results.json document, with its probes pooled by settings and compared with statistics.
+
+Rules never re-run anything and never look at the current machine: every fact comes from the document.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Iterable
+
+from .. import knobs
+from ..analysis import stats
+
+# The planner's bar for keeping a change: its median gain is at least 3% and its ratio CI excludes 1.
+SIGNIFICANT_GAIN = 0.03
+# Knobs the catalogue will gain later (SPEC §3); a document without them ran with these values.
+LATER_DEFAULTS = {"compile": "off", "matmul_precision": "highest", "persistent_workers": False,
+                  "prefetch_factor": 2, "optimizer_impl": "default"}
+
+
+def num(x: Any) -> float | None:
+    """A JSON-safe number: None for missing or non-finite values."""
+    if x is None or isinstance(x, bool):
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def all_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    return {**LATER_DEFAULTS, **knobs.defaults(), **(settings or {})}
+
+
+@dataclass
+class Config:
+    """Every `ok` probe of one combination of settings, pooled: confirmation repeats measure the same thing."""
+
+    settings: dict[str, Any]
+    probes: list[dict[str, Any]] = field(default_factory=list)
+
+    def __getitem__(self, knob: str) -> Any:
+        return self.settings[knob]
+
+    @property
+    def ids(self) -> list[str]:
+        return [p["id"] for p in self.probes]
+
+    @property
+    def first(self) -> dict[str, Any]:
+        return self.probes[0]
+
+    def extra(self, key: str, default: Any = None) -> Any:
+        return (self.first.get("extra") or {}).get(key, default)
+
+    def _raw(self, key: str) -> list[float]:
+        if key == "step_s":
+            return [x for p in self.probes for x in (p.get("step_time_s") or {}).get("samples", [])]
+        return [x if x is not None else math.nan for p in self.probes for x in (p.get("raw") or {}).get(key, [])]
+
+    @cached_property
+    def step_s(self) -> list[float]:
+        return self._raw("step_s")
+
+    @cached_property
+    def items(self) -> list[float]:
+        return self._raw("items")
+
+    @cached_property
+    def throughput(self) -> float:
+        """Median items/s over the pooled window (NaN without samples)."""
+        return stats.throughput_ci(self.items, self.step_s)[0] if len(self.items) == len(self.step_s) else math.nan
+
+    def share(self, key: str) -> float | None:
+        """Share of step time spent in `key` (data_wait_s, h2d_s), pooled over the probes."""
+        part, total = self._raw(key), sum(self.step_s)
+        return sum(part) / total if part and total > 0 else None
+
+    @property
+    def step_median(self) -> float:
+        return stats.median(self.step_s)
+
+    @property
+    def peak_memory(self) -> int | None:
+        """Largest peak of the pooled probes; on CUDA the allocator's reserved peak when it is larger."""
+        peaks = [max(p.get("peak_memory_bytes") or 0, (p.get("memory") or {}).get("cuda_max_reserved_bytes") or 0)
+                 for p in self.probes]
+        return max(peaks) or None
+
+
+@dataclass
+class Gain:
+    """How much faster B trains than A (B's items/s over A's), measured with a CI or estimated."""
+
+    median: float | None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    measured: bool = True
+    basis: str = ""
+    probes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def estimated(cls, speedup: float | None, basis: str) -> "Gain":
+        return cls(num(speedup), measured=False, basis=f"estimated: {basis}" if speedup else f"not measured: {basis}")
+
+    @property
+    def significant(self) -> bool:
+        return (self.measured and self.median is not None and self.ci_low is not None
+                and self.median >= 1 + SIGNIFICANT_GAIN and self.ci_low > 1.0)
+
+    @property
+    def slower(self) -> bool:
+        """B is measurably slower than A."""
+        return self.measured and self.ci_high is not None and self.ci_high < 1.0
+
+    @property
+    def time_saved_frac(self) -> float | None:
+        """Share of the time per item that the change saves (negative when it costs time)."""
+        return 1 - 1 / self.median if self.median else None
+
+    def text(self) -> str:
+        if self.median is None:
+            return "an unmeasured gain"
+        if self.measured and self.ci_low is not None:
+            return f"{self.median:.2f}x [{self.ci_low:.2f}, {self.ci_high:.2f}]"
+        return f"~{self.median:.2f}x (estimated)"
+
+    def to_dict(self) -> dict[str, Any]:
+        speedup: Any = num(self.median)
+        if self.measured and speedup is not None:
+            speedup = {"median": speedup, "ci_low": num(self.ci_low), "ci_high": num(self.ci_high)}
+        return {"measured": self.measured and speedup is not None, "speedup": speedup,
+                "time_saved_frac": num(self.time_saved_frac), "basis": self.basis}
+
+
+def no_gain() -> Gain:
+    return Gain(None, measured=False, basis="not a speed finding")
+
+
+@dataclass
+class Finding:
+    """What a rule returns; the registry adds code, name and severity."""
+
+    message: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)  # the fix as knob values
+    snippet: str = ""  # the fix as code to paste
+    gain: Gain = field(default_factory=no_gain)
+    probes: list[str] = field(default_factory=list)
+
+
+class Context:
+    """One results.json document, read for rules: normalised settings, pooled configs, baseline, recommended."""
+
+    def __init__(self, document: dict[str, Any]):
+        self.document = document
+        self.environment: dict[str, Any] = document.get("environment") or {}
+        workload = document.get("workload") or {}
+        self.facts: dict[str, Any] = workload.get("facts") or {}
+        self.cuda = self.environment.get("device") == "cuda"
+        self.gpu: dict[str, Any] = self.environment.get("gpu") or {}
+        self.probes: list[dict[str, Any]] = [
+            {**p, "settings": all_settings(p.get("settings"))} for p in document.get("probes") or []]
+        self.configs: dict[tuple, Config] = {}
+        for p in self.probes:
+            if p.get("status") == "ok" and (p.get("step_time_s") or {}).get("samples"):
+                self.configs.setdefault(_key(p["settings"]), Config(p["settings"])).probes.append(p)
+        self.unit = next((p["throughput"]["unit"] for p in self.probes if (p.get("throughput") or {}).get("unit")),
+                         "samples/s")
+        self.baseline = self._config_of(document.get("baseline"), role="baseline")
+        self.recommended = self._config_of(document.get("recommended"), role=None)
+        self._gains: dict[tuple, Gain] = {}
+
+    def _config_of(self, probe: dict[str, Any] | None, role: str | None) -> Config | None:
+        if probe is None and role is not None:  # a partial document: the first probe of that role
+            probe = next((p for p in self.probes if p.get("role") == role), None)
+        return self.config(probe["settings"]) if probe else None
+
+    def config(self, settings: dict[str, Any]) -> Config | None:
+        return self.configs.get(_key(all_settings(settings)))
+
+    def variant(self, base: Config | None, **changes: Any) -> Config | None:
+        """The measured config equal to `base` but for `changes`, or None."""
+        return self.config({**base.settings, **changes}) if base is not None else None
+
+    def series(self, base: Config | None, knob: str) -> list[Config]:
+        """Measured configs equal to `base` in every knob but `knob`, sorted by that knob (base included)."""
+        if base is None:
+            return []
+        others = {k: v for k, v in base.settings.items() if k != knob}
+        found = [c for c in self.configs.values() if {k: v for k, v in c.settings.items() if k != knob} == others]
+        return sorted(found, key=lambda c: c[knob])
+
+    def pairs(self, knob: str, value: Any) -> list[tuple[Config, Config]]:
+        """(without, with) pairs differing only in `knob` set to `value`; pairs at the baseline first."""
+        found = [(c, on) for c in self.configs.values() if c[knob] != value
+                 and (on := self.variant(c, **{knob: value})) is not None]
+        return sorted(found, key=lambda pair: pair[0] is not self.baseline)
+
+    def knee(self, base: Config, knob: str) -> Config:
+        """Walk `knob` upwards from `base`, keeping each value that significantly beats the best so far."""
+        best = base
+        for config in self.series(base, knob):
+            if config[knob] > best[knob] and self.gain(best, config).significant:
+                best = config
+        return best
+
+    def gain(self, a: Config, b: Config) -> Gain:
+        """Throughput ratio b/a with the bootstrap CI of `analysis.stats.ratio_ci` over the raw samples."""
+        key = (tuple(a.ids), tuple(b.ids))
+        if key not in self._gains:
+            median, low, high = stats.ratio_ci(a.items, a.step_s, b.items, b.step_s)
+            self._gains[key] = Gain(num(median), num(low), num(high), measured=True, probes=a.ids + b.ids,
+                                    basis=f"measured: {_ids(a)} -> {_ids(b)}, ratio of throughputs, 95% bootstrap CI")
+        return self._gains[key]
+
+    def failed(self, *statuses: str) -> list[dict[str, Any]]:
+        return [p for p in self.probes if p.get("status") in statuses]
+
+    @property
+    def cpu_count(self) -> int | None:
+        return self.environment.get("cpu_count")
+
+    def memory_capacity(self) -> tuple[int, str] | None:
+        """(bytes, where the figure comes from) of the memory the probes may fill, or None when unknown."""
+        budget = (self.document.get("budget") or {}).get("memory_budget_bytes")
+        if budget:
+            return int(budget), "the memory budget of the run"
+        if self.cuda and self.gpu.get("memory_total_bytes"):
+            return int(self.gpu["memory_total_bytes"]), f"{self.gpu.get('name') or 'the GPU'}'s memory"
+        if not self.cuda and self.environment.get("memory_total_bytes"):
+            return int(self.environment["memory_total_bytes"]), "the machine's memory"
+        return None
+
+    def subjects(self) -> list[Config]:
+        """The configs a user runs: the baseline and the recommended one (each once)."""
+        found = [self.baseline] if self.baseline is not None else []
+        if self.recommended is not None and self.recommended is not self.baseline:
+            found.append(self.recommended)
+        return found
+
+
+def _key(settings: dict[str, Any]) -> tuple:
+    return tuple(sorted((k, str(v)) for k, v in settings.items()))
+
+
+def _ids(config: Config) -> str:
+    return "+".join(config.ids)
+
+
+def fmt_rate(value: float | None, unit: str) -> str:
+    """Messages are data, not rendering: rules word their numbers themselves (renderers read rules, not back)."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    return f"{value:,.0f} {unit}" if value >= 100 else f"{value:.3g} {unit}"
+
+
+def fmt_bytes(value: float | None) -> str:
+    if not value:
+        return "-"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if value >= size:
+            return f"{value / size:.1f} {unit}"
+    return f"{value:.0f} B"
+
+
+def changed(settings: dict[str, Any], base: dict[str, Any]) -> str:
+    return knobs.describe({k: v for k, v in settings.items() if k in base}, base)
+
+
+def join(values: Iterable[Any]) -> str:
+    return ", ".join(str(v) for v in values)

@@ -1,0 +1,104 @@
+"""TA8xx: environment — CPU threads against cores, GPU clock throttling."""
+
+from __future__ import annotations
+
+from . import snippets
+from .context import Context, Finding, Gain, join
+from .registry import rule
+
+CPU_SATURATED = 0.90  # share of all cores busy during the measured steps
+BENIGN_THROTTLE = {"gpu_idle", "applications_clocks_setting", "none", "sw_power_cap_idle"}
+
+
+@rule("TA801", "cpu-thread-oversubscription", "warning")
+def cpu_thread_oversubscription(ctx: Context) -> Finding | None:
+    """Intra-op threads and loader workers together ask for more cores than the machine has.
+
+    What it finds:
+        Probes with `num_workers > 0` in which the training process's intra-op threads plus the loader
+        worker processes outnumber the CPU cores, while the CPU was saturated (at least 90% of all cores busy).
+
+    Why it matters:
+        PyTorch starts one intra-op thread per core by default. Every loader worker is another busy process;
+        together they time-slice the cores, the intra-op threads stall each other at every parallel region,
+        and the worker probes under-report what workers could give. On CPU training this also hides how fast
+        the model itself can run.
+
+    How it is measured:
+        For each `ok` probe: `extra.torch_threads + settings.num_workers` against `environment.cpu_count`, and
+        `extra.cpu_util` (CPU seconds of the probe process tree over the measured wall time and all cores).
+        Not measured as a speed-up: thread counts are not a knob yet, so the gain is left unmeasured.
+
+    Fix:
+        Give the intra-op threads the cores the workers leave: `torch.set_num_threads(cores - num_workers)`
+        (or `OMP_NUM_THREADS`), then re-measure the loader ladder.
+
+    Example:
+        `num_workers 1, 2, 4 ran beside 2 intra-op threads on 2 cores with the CPU 99% busy: workers and compute
+        threads compete`
+    """
+    cores = ctx.cpu_count
+    if not cores:
+        return None
+    crowded = [c for c in ctx.configs.values() if c["num_workers"] > 0
+               and (c.extra("torch_threads") or ctx.environment.get("torch_threads") or 0) + c["num_workers"] > cores
+               and (c.extra("cpu_util") or 0) >= CPU_SATURATED]
+    if not crowded:
+        return None
+    workers = sorted({c["num_workers"] for c in crowded})
+    threads = max(c.extra("torch_threads") or ctx.environment.get("torch_threads") or 0 for c in crowded)
+    busy = max(c.extra("cpu_util") for c in crowded)
+    message = (f"num_workers {join(workers)} ran beside {threads} intra-op threads on {cores} cores with the CPU "
+               f"{busy:.0%} busy: workers and compute threads compete")
+    evidence = {"cpu_count": cores, "torch_threads": threads, "num_workers": workers, "max_cpu_util": round(busy, 3)}
+    snippet = snippets.set_num_threads(max(1, cores - workers[0]))
+    gain = Gain.estimated(None, "intra-op thread count is not a probed knob")
+    return Finding(message, evidence, {}, snippet, gain, [i for c in crowded for i in c.ids])
+
+
+@rule("TA802", "gpu-throttling", "warning")
+def gpu_throttling(ctx: Context) -> Finding | None:
+    """The GPU slowed its clocks for heat or power while the probes ran.
+
+    What it finds:
+        NVML reported a thermal or power throttle reason during `ok` probes (software or hardware slowdown,
+        power cap, power brake), with the SM clock below its maximum.
+
+    Why it matters:
+        A throttled GPU runs every kernel slower, and by a varying amount: measured speed-ups become noisy and
+        the machine delivers less than it should. The cause is outside the training code — cooling, power
+        limits, a shared chassis.
+
+    How it is measured:
+        Each probe's `gpu.throttle_reasons` (NVML clock-event reason names, lower case, e.g.
+        `sw_thermal_slowdown`, `hw_slowdown`, `sw_power_cap`; idle and application-clock reasons ignored), and
+        `gpu.sm_clock_mhz` against `gpu.max_sm_clock_mhz`, filled by the NVML collector. The gain is estimated as
+        max clock / observed clock, an upper bound labelled so. Silent on CPU or without these keys.
+
+    Fix:
+        Check cooling and power limits (`nvidia-smi -q -d PERFORMANCE,CLOCK,POWER`); on a shared machine,
+        measure when it is idle.
+
+    Example:
+        `NVML reported sw_thermal_slowdown in 19 of 19 probes; SM clock 1095 of 1410 MHz (78%)`
+    """
+    if not ctx.cuda:
+        return None
+    ok = [p for c in ctx.configs.values() for p in c.probes]
+    throttled = [p for p in ok if set((p.get("gpu") or {}).get("throttle_reasons") or []) - BENIGN_THROTTLE]
+    if not throttled:
+        return None
+    reasons = sorted({r for p in throttled for r in p["gpu"]["throttle_reasons"]} - BENIGN_THROTTLE)
+    clocks = [(p["gpu"].get("sm_clock_mhz"), p["gpu"].get("max_sm_clock_mhz")) for p in throttled]
+    clocks = [(c, m) for c, m in clocks if c and m]
+    message = f"NVML reported {join(reasons)} in {len(throttled)} of {len(ok)} probes"
+    evidence = {"throttle_reasons": reasons, "throttled_probes": len(throttled), "ok_probes": len(ok)}
+    gain = Gain.estimated(None, "no SM clock was recorded")
+    if clocks:
+        clock = min(c for c, _ in clocks)
+        top = max(m for _, m in clocks)
+        message += f"; SM clock {clock:.0f} of {top:.0f} MHz ({clock / top:.0%})"
+        evidence.update(sm_clock_mhz=clock, max_sm_clock_mhz=top)
+        gain = Gain.estimated(top / clock, "upper bound: max SM clock over the lowest clock seen while throttled")
+    snippet = "# outside Python:\nnvidia-smi -q -d PERFORMANCE,CLOCK,POWER   # why the clocks are held down"
+    return Finding(message, evidence, {}, snippet, gain, [p["id"] for p in throttled])

@@ -1,0 +1,140 @@
+"""TA5xx: graph, compile and cuDNN — memory layout and convolution autotuning."""
+
+from __future__ import annotations
+
+from . import snippets
+from .context import Context, Finding, Gain, changed
+from .registry import rule
+
+
+@rule("TA501", "channels-last-unused", "warning")
+def channels_last_unused(ctx: Context) -> Finding | None:
+    """A convolutional model runs in NCHW layout where channels_last was measured faster.
+
+    What it finds:
+        The model has Conv2d/Conv3d layers, the baseline keeps the default NCHW memory format, and a probe that
+        differs only in `channels_last=True` trained significantly faster — at the baseline, or on top of
+        another change such as AMP (channels_last pays most under reduced precision).
+
+    Why it matters:
+        Convolution kernels on tensor cores (CUDA) and oneDNN (CPU) work in NHWC; with NCHW tensors every
+        convolution converts its input and output layouts. Converting the model and the inputs once removes
+        that work.
+
+    How it is measured:
+        Pairs of `ok` probes equal but for `channels_last`, the pair at the baseline first; the first with a
+        significant throughput ratio (median gain >= 3%, CI above 1) is reported. `applied` shows how many conv
+        weights and whether the inputs were channels_last in the probe. Silent without convolution layers
+        (`workload.facts.conv_layers`).
+
+    Fix:
+        Convert the model and every 4-D input batch to `torch.channels_last`.
+
+    Example:
+        `channels_last=True trains 1.26x [1.20, 1.32] faster (7 conv layers)`
+
+        ```python
+        model = model.to(memory_format=torch.channels_last)
+        images = images.to(device).contiguous(memory_format=torch.channels_last)
+        ```
+    """
+    base = ctx.baseline
+    if base is None or base["channels_last"] or not ctx.facts.get("conv_layers"):
+        return None
+    for off, on in ctx.pairs("channels_last", True):
+        gain = ctx.gain(off, on)
+        if not gain.significant:
+            continue
+        where = "" if off is base else f" with {changed(off.settings, base.settings)}"
+        message = f"channels_last=True trains {gain.text()} faster{where} ({ctx.facts['conv_layers']} conv layers)"
+        evidence = {"conv_layers": ctx.facts["conv_layers"],
+                    "conv_weights_channels_last": on.first.get("applied", {}).get("conv_weights_channels_last")}
+        return Finding(message, evidence, {"channels_last": True}, snippets.channels_last(), gain, on.ids)
+    return None
+
+
+@rule("TA502", "cudnn-benchmark-off", "info")
+def cudnn_benchmark_off(ctx: Context) -> Finding | None:
+    """cuDNN autotuning is off for a convolutional model whose input shapes never change.
+
+    What it finds:
+        On CUDA, a model with convolution layers runs with `torch.backends.cudnn.benchmark=False` while its input
+        shapes are static, and either a probe with `cudnn_benchmark=True` trained significantly faster or no
+        such probe was run.
+
+    Why it matters:
+        With benchmark mode, cuDNN times the candidate algorithms for each new input shape once and then uses
+        the fastest; with fixed shapes that one-off cost is amortised over the whole run. Without it, cuDNN
+        uses a heuristic choice that is often slower.
+
+    How it is measured:
+        `workload.facts.conv_layers`, the baseline's `extra.input_shapes_static` (whether every measured batch
+        had the same per-sample shape; a document without it is treated as static only when a probe measured
+        the gain) and the throughput ratio of a probe equal to the baseline but for `cudnn_benchmark=True`.
+        A measured ratio that is not significant silences the rule. Silent on CPU.
+
+    Fix:
+        `torch.backends.cudnn.benchmark = True` before training.
+
+    Example:
+        `cudnn_benchmark=True trains 1.09x [1.04, 1.14] faster: input shapes are static (1 shape)`
+    """
+    base = ctx.baseline
+    if not ctx.cuda or base is None or base["cudnn_benchmark"] or not ctx.facts.get("conv_layers"):
+        return None
+    static = base.extra("input_shapes_static")
+    if static is False:
+        return None
+    tuned = ctx.variant(base, cudnn_benchmark=True)
+    if tuned is None and static is None:
+        return None
+    gain = ctx.gain(base, tuned) if tuned else Gain.estimated(None, "no cudnn_benchmark=True probe was run")
+    if tuned is not None and not gain.significant:
+        return None
+    shapes = base.extra("distinct_input_shapes")
+    message = (f"cudnn_benchmark=True trains {gain.text()} faster" if tuned else "cudnn_benchmark is off") + \
+        (f": input shapes are static ({shapes} shape)" if static else "")
+    return Finding(message, {"input_shapes_static": static, "distinct_input_shapes": shapes},
+                   {"cudnn_benchmark": True}, snippets.cudnn_benchmark(True), gain, base.ids)
+
+
+@rule("TA503", "cudnn-benchmark-with-dynamic-shapes", "warning")
+def cudnn_benchmark_with_dynamic_shapes(ctx: Context) -> Finding | None:
+    """cuDNN autotuning is on while the input shapes keep changing.
+
+    What it finds:
+        On CUDA, the baseline runs with `torch.backends.cudnn.benchmark=True` and its measured batches had
+        more than one per-sample input shape (variable image sizes, sequence lengths padded per batch, ...).
+
+    Why it matters:
+        Benchmark mode re-times every candidate algorithm for each input shape it has not seen. With shapes
+        that keep changing it autotunes again and again, and those slow steps never amortise.
+
+    How it is measured:
+        The baseline's `extra.input_shapes_static` (false) and `extra.distinct_input_shapes`, recorded in the
+        probe child from the first tensor of each measured batch, batch dimension excluded. The gain is measured
+        against a probe equal to the baseline but for `cudnn_benchmark=False` when one exists; otherwise it is
+        left unmeasured; a measured ratio that is not significant silences the rule. Silent on CPU and when the
+        shape record is absent.
+
+    Fix:
+        `torch.backends.cudnn.benchmark = False`, or make the shapes static (pad or bucket to a few fixed
+        sizes) and keep it on.
+
+    Example:
+        `cudnn_benchmark is on but the inputs took 9 different shapes in 30 steps; cudnn_benchmark=False trains
+        1.13x [1.08, 1.18] faster`
+    """
+    base = ctx.baseline
+    if not ctx.cuda or base is None or not base["cudnn_benchmark"] or base.extra("input_shapes_static") is not False:
+        return None
+    shapes = base.extra("distinct_input_shapes")
+    untuned = ctx.variant(base, cudnn_benchmark=False)
+    gain = ctx.gain(base, untuned) if untuned else Gain.estimated(None, "no cudnn_benchmark=False probe was run")
+    if untuned is not None and not gain.significant:
+        return None  # measured: autotuning does not cost here despite the shapes
+    message = f"cudnn_benchmark is on but the inputs took {shapes} different shapes in {len(base.step_s)} steps"
+    if untuned:
+        message += f"; cudnn_benchmark=False trains {gain.text()} faster"
+    return Finding(message, {"input_shapes_static": False, "distinct_input_shapes": shapes},
+                   {"cudnn_benchmark": False}, snippets.cudnn_benchmark(False), gain, base.ids)

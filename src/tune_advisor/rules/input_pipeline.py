@@ -1,0 +1,249 @@
+"""TA1xx: the input pipeline — DataLoader workers, worker restarts, host memory for copies."""
+
+from __future__ import annotations
+
+import math
+
+from ..analysis import stats
+from . import snippets
+from .context import Config, Context, Finding, Gain, fmt_rate
+from .registry import rule
+
+WAIT_BOUND = 0.30  # data wait above this share of the step makes the input pipeline the bottleneck
+H2D_VISIBLE = 0.05  # host-to-device copies above this share of the step are worth pinning
+RESTART_WORTH = 0.01  # a restart cost below 1% of the time per step is not worth a finding
+
+
+@rule("TA101", "input-pipeline-bound", "warning")
+def input_pipeline_bound(ctx: Context) -> Finding | None:
+    """Training waits for the next batch for most of each step.
+
+    What it finds:
+        The baseline spends at least 30% of its step time blocked on `next(loader)`: the model is idle while
+        the DataLoader reads and prepares data. The finding quotes the knee of the loader ladder: the smallest
+        `num_workers` past which more workers no longer gave a significant gain.
+
+    Why it matters:
+        A step cannot be faster than its data. While the input pipeline is the bottleneck, a faster model,
+        AMP or a larger batch changes nothing; more loader workers (or cheaper preprocessing) do.
+        I/O-bound loaders keep gaining far past the core count, CPU-bound ones peak near it, so the value is
+        measured, not guessed.
+
+    How it is measured:
+        `data_wait_frac` of the baseline probe(s). The knee walks the baseline's `num_workers` ladder (probes
+        equal to the baseline but for `num_workers`) upwards, keeping each value whose throughput beats the best
+        so far by at least 3% with a ratio CI above 1 (`analysis.stats.ratio_ci` over the raw `items` and
+        `step_s`). The gain is the measured ratio knee / baseline. Without a ladder the gain is estimated as
+        the upper bound `1 / (1 - data_wait_frac)` (all waiting removed) and labelled so.
+
+    Fix:
+        Set `num_workers` to the knee in your DataLoader; if the data comes from disk or network, more workers
+        than cores can still pay. If the knee is the largest value tried, try larger values.
+
+    Example:
+        `waiting for the next batch takes 99% of each step at num_workers=0; num_workers=8 (the knee of the
+        loader ladder) trains 6.82x [5.65, 8.24] faster`
+
+        ```python
+        loader = DataLoader(dataset, shuffle=True, batch_size=32, num_workers=8, persistent_workers=True)
+        ```
+    """
+    base = ctx.baseline
+    wait = base.share("data_wait_s") if base else None
+    if wait is None or wait < WAIT_BOUND:
+        return None
+    workers = base["num_workers"]
+    knee = ctx.knee(base, "num_workers")
+    ladder = {c["num_workers"]: round(c.throughput, 1) for c in ctx.series(base, "num_workers")}
+    evidence = {"data_wait_frac": round(wait, 4), "num_workers": workers, "knee_num_workers": knee["num_workers"],
+                "throughput_by_num_workers": ladder, "unit": ctx.unit}
+    head = f"waiting for the next batch takes {wait:.0%} of each step at num_workers={workers}"
+    if knee is base:
+        gain = Gain.estimated(1 / (1 - wait) if wait < 1 else None,
+                              "upper bound if all data wait were removed; no larger num_workers beat the baseline")
+        tried = f"; no larger num_workers measured better ({', '.join(map(str, ladder))} tried)" if len(ladder) > 1 \
+            else "; no num_workers ladder was measured"
+        return Finding(head + tried, evidence, {}, snippets.dataloader(base.settings, ctx.cuda), gain, base.ids)
+    gain = ctx.gain(base, knee)
+    top = knee["num_workers"] == max(ladder)
+    message = (f"{head}; num_workers={knee['num_workers']} (the knee of the loader ladder) trains {gain.text()} "
+               f"faster" + (" and was the largest value tried: larger ones may gain more" if top else ""))
+    fix = {"num_workers": knee["num_workers"]}
+    return Finding(message, evidence, fix, snippets.dataloader({**base.settings, **fix}, ctx.cuda), gain, knee.ids)
+
+
+@rule("TA102", "loader-oversubscribed", "warning")
+def loader_oversubscribed(ctx: Context) -> Finding | None:
+    """More DataLoader workers than help: past the best count, training got measurably slower.
+
+    What it finds:
+        In a `num_workers` ladder, a worker count above the fastest one trains measurably slower than it.
+        Workers are processes: beyond what the data needs they compete with the training process for cores,
+        memory bandwidth and host memory.
+
+    Why it matters:
+        "More workers" is not free: each one is a process with its own copy of the dataset object, and on a
+        machine with few cores extra workers take CPU time from the intra-op threads doing the model's work.
+        Setting `num_workers` to the core count (or higher) out of habit can cost throughput.
+
+    How it is measured:
+        For the baseline and the recommended settings, the probes equal to them but for `num_workers`. The
+        fastest count is the one with the highest median throughput; a larger count fires the rule when the
+        upper end of its throughput-ratio CI against the fastest is below 1. Evidence: throughput per count,
+        the cores (`environment.cpu_count`) and each probe's `extra.cpu_util`. The gain is measured when the
+        settings themselves use more workers than the fastest count, else there is none to claim.
+
+    Fix:
+        Use the fastest `num_workers`; on CPU training, also leave cores for the intra-op threads (see TA801).
+
+    Example:
+        `num_workers=4 trains 0.89x [0.83, 0.97] as fast as num_workers=1 (219 samples/s vs 246 samples/s) on 2 cores:
+        past num_workers=1, more workers compete for the CPU`
+    """
+    for subject in ctx.subjects():
+        ladder = ctx.series(subject, "num_workers")
+        if len(ladder) < 2:
+            continue
+        best = max(ladder, key=lambda c: c.throughput)
+        slower = [c for c in ladder if c["num_workers"] > best["num_workers"] and ctx.gain(best, c).slower]
+        if not slower:
+            continue
+        worst = min(slower, key=lambda c: c.throughput)
+        loss = ctx.gain(best, worst)
+        cores = ctx.cpu_count
+        message = (f"num_workers={worst['num_workers']} trains {loss.text()} as fast as "
+                   f"num_workers={best['num_workers']} ({fmt_rate(worst.throughput, ctx.unit)} vs "
+                   f"{fmt_rate(best.throughput, ctx.unit)}) on {cores} cores: past num_workers={best['num_workers']}, "
+                   "more workers compete for the CPU")
+        evidence = {"best_num_workers": best["num_workers"], "cpu_count": cores, "unit": ctx.unit,
+                    "throughput_by_num_workers": {c["num_workers"]: round(c.throughput, 1) for c in ladder},
+                    "cpu_util_by_num_workers": {c["num_workers"]: c.extra("cpu_util") for c in ladder}}
+        gain = (ctx.gain(subject, best) if subject["num_workers"] > best["num_workers"]
+                else Gain.estimated(None, "the measured settings already use no more workers than the fastest count"))
+        fix = {"num_workers": best["num_workers"]}
+        return Finding(message, evidence, fix, snippets.dataloader({**subject.settings, **fix}, ctx.cuda), gain,
+                       best.ids + [i for c in slower for i in c.ids])
+    return None
+
+
+@rule("TA103", "worker-restart-cost", "info")
+def worker_restart_cost(ctx: Context) -> Finding | None:
+    """Loader workers are shut down and started again at every epoch.
+
+    What it finds:
+        Settings with `num_workers > 0` and `persistent_workers=False` where a new epoch started during the
+        measured steps and the first batch of that epoch waited markedly longer than a typical batch.
+
+    Why it matters:
+        Without `persistent_workers`, each epoch ends by stopping every worker process and the next begins by
+        starting them again (re-importing, re-building the dataset copy, refilling the prefetch queue). With
+        small epochs or slow worker start-up this is paid often and shows as a stall at each epoch boundary.
+
+    How it is measured:
+        Measured when a probe with `persistent_workers=True` exists next to the settings. Otherwise estimated:
+        the stall is the data wait of the first measured step of a new epoch (`extra.epoch_start_steps`, or,
+        in older documents with `extra.epochs_started >= 1`, the longest data wait) minus the median data
+        wait; it is paid once per `ceil(workload.facts.dataset_len / batch_size)` steps. The estimated share of
+        step time saved is that cost per step over the mean step time: an upper bound, as persistent workers
+        still refill their queues when an epoch begins. Silent without a dataset length (iterable datasets) or
+        when the share is below 1%.
+
+    Fix:
+        `DataLoader(..., num_workers=N, persistent_workers=True)`: the workers live for the whole training.
+
+    Example:
+        `a new epoch restarts 8 loader workers: its first batch waited 0.29 s more than usual, once every 64
+        steps (~22% of the time per step)`
+    """
+    for subject in reversed(ctx.subjects()):  # the recommended settings first
+        if subject["num_workers"] == 0 or subject["persistent_workers"]:
+            continue
+        fix = {"persistent_workers": True}
+        snippet = snippets.dataloader({**subject.settings, **fix}, ctx.cuda)
+        measured = ctx.variant(subject, **fix)
+        if measured is not None:
+            gain = ctx.gain(subject, measured)
+            if gain.significant:
+                message = (f"persistent_workers=True trains {gain.text()} faster with num_workers="
+                           f"{subject['num_workers']}: restarting the workers every epoch costs time")
+                return Finding(message, {"num_workers": subject["num_workers"]}, fix, snippet, gain, subject.ids)
+            continue
+        estimate = _restart_cost(ctx, subject)
+        if estimate is None:
+            continue
+        stall, steps_per_epoch, share = estimate
+        gain = Gain.estimated(1 / (1 - share), f"upper bound: a {stall:.3f} s stall once per epoch of "
+                                               f"{steps_per_epoch} steps, over the mean step time")
+        message = (f"a new epoch restarts {subject['num_workers']} loader workers: its first batch waited "
+                   f"{stall:.2f} s more than usual, once every {steps_per_epoch} steps (~{share:.0%} of the time "
+                   "per step)")
+        evidence = {"restart_stall_s": round(stall, 4), "steps_per_epoch": steps_per_epoch,
+                    "num_workers": subject["num_workers"]}
+        return Finding(message, evidence, fix, snippet, gain, subject.ids)
+    return None
+
+
+def _restart_cost(ctx: Context, subject: Config) -> tuple[float, int, float] | None:
+    dataset_len = ctx.facts.get("dataset_len")
+    if not dataset_len:
+        return None
+    stalls = []
+    for probe in subject.probes:
+        extra, wait = probe.get("extra") or {}, (probe.get("raw") or {}).get("data_wait_s") or []
+        starts = extra.get("epoch_start_steps")
+        if starts is None and (extra.get("epochs_started") or 0) >= 1 and wait:
+            starts = [max(range(len(wait)), key=lambda i: wait[i] or 0)]
+        starts = [i for i in starts or [] if i < len(wait) and wait[i] is not None]
+        if starts:
+            stalls.append(sum(wait[i] for i in starts) / len(starts) - stats.median([w or 0 for w in wait]))
+    if not stalls:
+        return None
+    stall = stats.median(stalls)
+    steps_per_epoch = math.ceil(dataset_len / subject["batch_size"])
+    mean_step = sum(subject.step_s) / len(subject.step_s)  # not the median: loader waves make steps bimodal
+    share = stall / steps_per_epoch / mean_step
+    return (stall, steps_per_epoch, share) if RESTART_WORTH <= share < 1 else None
+
+
+@rule("TA104", "pageable-host-memory", "warning")
+def pageable_host_memory(ctx: Context) -> Finding | None:
+    """Batches are copied to the GPU from pageable host memory, and the copies take visible time.
+
+    What it finds:
+        CUDA settings with `pin_memory=False` where host-to-device copies take at least 5% of the step time,
+        or where the profiler saw copies from pageable memory.
+
+    Why it matters:
+        A copy from pageable memory is staged through a pinned bounce buffer by the driver and blocks the
+        host; from page-locked memory it runs by DMA and, with `non_blocking=True`, overlaps the previous
+        step's compute. `pin_memory=True` makes the loader's workers hand over page-locked batches.
+
+    How it is measured:
+        The share of step time in the `raw.h2d_s` samples (timed around `.to(device)`) of the baseline, or a
+        positive `extra.profile.h2d_pageable_bytes` (filled by the profiler collector when it runs). The gain
+        is measured against a probe equal to the baseline but for `pin_memory=True`; without one it is the
+        estimated upper bound `1 / (1 - h2d share)`, labelled so. Silent on CPU.
+
+    Fix:
+        `DataLoader(..., pin_memory=True)` and `tensor.to(device, non_blocking=True)`.
+
+    Example:
+        `host-to-device copies take 15% of each step from pageable memory; pin_memory=True trains 1.05x
+        [1.00, 1.10] faster`
+    """
+    base = ctx.baseline
+    if not ctx.cuda or base is None or base["pin_memory"]:
+        return None
+    h2d = base.share("h2d_s") or 0.0
+    pageable = ((base.extra("profile") or {}).get("h2d_pageable_bytes") or 0)
+    if h2d < H2D_VISIBLE and not pageable:
+        return None
+    fix = {"pin_memory": True}
+    pinned = ctx.variant(base, **fix)
+    gain = (ctx.gain(base, pinned) if pinned is not None else
+            Gain.estimated(1 / (1 - h2d) if h2d else None, "upper bound if the copies overlapped compute entirely"))
+    message = f"host-to-device copies take {h2d:.0%} of each step from pageable memory"
+    if pinned is not None:
+        message += f"; pin_memory=True trains {gain.text()} faster"
+    evidence = {"h2d_frac": round(h2d, 4), "h2d_pageable_bytes": pageable or None}
+    return Finding(message, evidence, fix, snippets.dataloader({**base.settings, **fix}, True), gain, base.ids)

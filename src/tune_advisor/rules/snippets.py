@@ -1,0 +1,76 @@
+"""Copy-paste code for fixes: the few lines a user adds to their own training script."""
+
+from __future__ import annotations
+
+from typing import Any
+
+AMP_DTYPES = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}
+
+
+def dataloader(settings: dict[str, Any], cuda: bool) -> str:
+    """DataLoader(...) with the loader knobs of `settings` (CUDA-only ones only on CUDA)."""
+    args = [f"batch_size={settings['batch_size']}", f"num_workers={settings['num_workers']}"]
+    if cuda:
+        args.append(f"pin_memory={settings['pin_memory']}")
+    if settings["num_workers"] > 0:
+        args.append(f"persistent_workers={settings['persistent_workers']}")
+        if settings.get("prefetch_factor", 2) != 2:
+            args.append(f"prefetch_factor={settings['prefetch_factor']}")
+    text = "loader = DataLoader(dataset, shuffle=True, " + ", ".join(args) + ")"
+    if cuda and settings["pin_memory"]:
+        text += "\nbatch = [t.to(device, non_blocking=True) for t in batch]  # pinned + non_blocking: async copies"
+    return text
+
+
+def autocast(amp: str, device_type: str) -> str:
+    lines = [f'with torch.autocast(device_type="{device_type}", dtype={AMP_DTYPES[amp]}):',
+             "    loss = compute_loss(model, batch)"]
+    if amp == "fp16" and device_type == "cuda":
+        lines = ['scaler = torch.amp.GradScaler("cuda")  # once, before the loop: fp16 gradients underflow without it',
+                 *lines, "scaler.scale(loss).backward()", "scaler.step(optimizer)", "scaler.update()"]
+    else:
+        lines += ["loss.backward()  # outside autocast", "optimizer.step()"]
+    return "\n".join(lines)
+
+
+def channels_last() -> str:
+    return ("model = model.to(memory_format=torch.channels_last)\n"
+            "images = images.to(device).contiguous(memory_format=torch.channels_last)  # every 4-D input batch")
+
+
+def cudnn_benchmark(on: bool) -> str:
+    why = "input shapes are fixed: autotune once, reuse" if on else "input shapes vary: every new shape re-tunes"
+    return f"torch.backends.cudnn.benchmark = {on}  # {why}"
+
+
+def matmul_precision(value: str) -> str:
+    return f'torch.set_float32_matmul_precision("{value}")  # TF32 tensor cores for float32 matmuls'
+
+
+def checkpointing() -> str:
+    return ("from torch.utils.checkpoint import checkpoint\n"
+            "# in the model's forward, for each repeated block:\n"
+            "x = checkpoint(block, x, use_reentrant=False)  # Hugging Face: model.gradient_checkpointing_enable()")
+
+
+def lr_scaling(old_batch: int, new_batch: int) -> str:
+    ratio = new_batch / old_batch
+    return (f"# batch_size {old_batch} -> {new_batch}: scale the learning rate with the batch\n"
+            f"lr = base_lr * {ratio:g}  # linear rule (SGD); Adam-style optimisers: base_lr * {ratio ** 0.5:.3g}")
+
+
+def gradient_accumulation(steps: int) -> str:
+    return "\n".join([
+        f"accumulate = {steps}  # micro-batches per optimiser step",
+        "for i, batch in enumerate(loader):",
+        "    loss = compute_loss(model, batch) / accumulate",
+        "    loss.backward()",
+        "    if (i + 1) % accumulate == 0:",
+        "        optimizer.step()",
+        "        optimizer.zero_grad(set_to_none=True)",
+    ])
+
+
+def set_num_threads(threads: int) -> str:
+    return (f"torch.set_num_threads({threads})  # intra-op threads: cores left after the loader workers\n"
+            "# or, before Python starts: OMP_NUM_THREADS=" + str(threads))

@@ -1,0 +1,197 @@
+"""The rules engine over golden results documents: every rule fires on one and stays silent on another.
+
+io_bound and cnn are real `tune-advisor analyze` runs on a 2-core CPU machine. The synthetic_cuda_* documents
+are derived from cnn by tests/golden/rules/derive.py (each change listed in their "_synthetic" key): the CUDA
+rules cannot fire on a CPU run, so these are hand-made and not measurements; the real-GPU check comes later.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from tune_advisor.errors import UsageError
+from tune_advisor.rules import RULES, chosen, docs, evaluate
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+DOCUMENTS = {
+    "io_bound": GOLDEN / "io_bound.results.json",
+    "cnn": GOLDEN / "cnn.results.json",
+    "cuda_untuned": GOLDEN / "rules" / "synthetic_cuda_untuned.results.json",
+    "cuda_fp16_dynamic": GOLDEN / "rules" / "synthetic_cuda_fp16_dynamic.results.json",
+}
+GIB = 2**30
+
+
+def load(name: str) -> dict:
+    return json.loads(DOCUMENTS[name].read_text())
+
+
+@lru_cache(maxsize=None)
+def _findings(name: str) -> str:
+    return json.dumps(evaluate(load(name)), allow_nan=False)  # evaluated once per document, and must be JSON
+
+
+def findings(name: str) -> dict[str, dict]:
+    return {f["code"]: f for f in json.loads(_findings(name))}
+
+
+def with_memory(doc: dict, total: int) -> dict:
+    """The lead's api.py is to record the machine's memory; these CPU runs predate that key."""
+    doc = copy.deepcopy(doc)
+    doc["environment"]["memory_total_bytes"] = total
+    return doc
+
+
+# Each rule: (document where it fires, document where it stays silent).
+CASES = {
+    "TA101": ("io_bound", "cnn"),
+    "TA102": ("cnn", "io_bound"),
+    "TA103": ("io_bound", "cnn"),
+    "TA104": ("cuda_untuned", "cuda_fp16_dynamic"),
+    "TA201": ("cnn", "io_bound"),
+    "TA202": ("cuda_fp16_dynamic", "cuda_untuned"),
+    "TA302": ("cuda_fp16_dynamic", "cuda_untuned"),
+    "TA303": ("cuda_fp16_dynamic", "cnn"),
+    "TA401": ("cnn", "io_bound"),
+    "TA402": ("cuda_fp16_dynamic", "cuda_untuned"),
+    "TA403": ("cuda_untuned", "cuda_fp16_dynamic"),
+    "TA501": ("cnn", "io_bound"),
+    "TA502": ("cuda_untuned", "cuda_fp16_dynamic"),
+    "TA503": ("cuda_fp16_dynamic", "cuda_untuned"),
+    "TA701": ("cuda_fp16_dynamic", "cnn"),
+    "TA702": ("cuda_untuned", "cnn"),
+    "TA703": ("cnn", "io_bound"),
+    "TA801": ("cnn", "io_bound"),
+    "TA802": ("cuda_untuned", "cuda_fp16_dynamic"),
+    "TA301": ("cuda_untuned", "cuda_fp16_dynamic"),
+}
+
+
+def test_every_rule_has_a_firing_and_a_silent_case():
+    assert sorted(CASES) == sorted(RULES)
+
+
+@pytest.mark.parametrize("code", sorted(CASES))
+def test_rule_fires_on_its_golden_document(code):
+    # GIVEN the document in which the problem was planted (or measured)
+    fires_on, _ = CASES[code]
+    # WHEN the rules run over it
+    found = findings(fires_on)
+    # THEN the rule reports a finding with a message, a fix and its probes
+    assert code in found, f"{code} did not fire on {fires_on}"
+    finding = found[code]
+    assert finding["name"] == RULES[code].name and finding["severity"] == RULES[code].severity
+    assert finding["message"] and finding["fix"]["snippet"] and finding["probes"]
+
+
+@pytest.mark.parametrize("code", sorted(CASES))
+def test_rule_is_silent_where_the_problem_is_absent(code):
+    _, silent_on = CASES[code]
+    assert code not in findings(silent_on), findings(silent_on).get(code, {}).get("message")
+
+
+def test_cuda_rules_are_silent_on_cpu_runs():
+    cuda_only = {"TA104", "TA402", "TA403", "TA502", "TA503", "TA802"}
+    for name in ("io_bound", "cnn"):
+        assert not cuda_only & set(findings(name)), name
+
+
+def test_input_pipeline_bound_quotes_the_knee_and_measures_the_gain():
+    # GIVEN the I/O-bound loader: 99% data wait at num_workers=0, ladder 2, 4, 8, 16
+    finding = findings("io_bound")["TA101"]
+    # THEN it names num_workers=8 (16 was not significantly faster than 8) with a measured CI
+    assert finding["evidence"]["knee_num_workers"] == 8
+    assert finding["fix"]["settings"] == {"num_workers": 8}
+    assert "num_workers=8" in finding["fix"]["snippet"] and "DataLoader(" in finding["fix"]["snippet"]
+    gain = finding["gain"]
+    assert gain["measured"] is True
+    assert 1 < gain["speedup"]["ci_low"] < gain["speedup"]["median"] < gain["speedup"]["ci_high"]
+    assert gain["time_saved_frac"] == pytest.approx(1 - 1 / gain["speedup"]["median"])
+    assert {"p001", "p011"} <= set(finding["probes"])
+
+
+def test_estimated_gains_are_labelled():
+    gain = findings("io_bound")["TA103"]["gain"]
+    assert gain["measured"] is False and gain["basis"].startswith("estimated")
+    assert isinstance(gain["speedup"], float) and 0 < gain["time_saved_frac"] < 1
+
+
+def test_findings_are_ranked_by_time_saved():
+    # GIVEN the cnn run, where AMP, channels_last and a larger batch each measured a different gain
+    ranked = json.loads(_findings("cnn"))
+    saved = [f["gain"]["time_saved_frac"] for f in ranked]
+    measured = [s for s in saved if s is not None]
+    # THEN the largest saving comes first and findings without a gain come last
+    assert measured == sorted(measured, reverse=True)
+    assert saved[: len(measured)] == measured
+    assert ranked[0]["code"] == "TA401"
+
+
+def test_memory_headroom_needs_a_known_capacity():
+    # GIVEN the cnn run (batch 32 -> 64 still climbing) on a machine with 16 GiB, and the same without that fact
+    assert "TA301" in {f["code"] for f in evaluate(with_memory(load("cnn"), 16 * GIB), select=["TA301"])}
+    assert evaluate(load("cnn"), select=["TA3"]) == []
+
+
+def test_near_memory_limit_on_cpu_uses_the_machine_memory():
+    # GIVEN the cnn run on a machine whose memory is barely above the recommended peak (537 MiB)
+    found = evaluate(with_memory(load("cnn"), 580 * 2**20), select=["TA302"])
+    assert [f["code"] for f in found] == ["TA302"]
+    assert found[0]["evidence"]["capacity_source"] == "the machine's memory"
+
+
+def test_a_partial_document_without_baseline_falls_back_to_the_baseline_probe():
+    # GIVEN a run interrupted before the summary fields were written
+    doc = load("cnn")
+    doc["baseline"] = doc["recommended"] = doc["speedup"] = None
+    # THEN the speed rules still find the baseline probe; rules that need a recommendation stay silent
+    codes = {f["code"] for f in evaluate(doc)}
+    assert {"TA401", "TA501", "TA201"} <= codes and "TA703" not in codes
+
+
+def test_an_empty_document_gives_no_findings():
+    assert evaluate({"schema_version": 1, "probes": []}) == []
+
+
+def test_select_and_ignore_by_prefix():
+    assert [r.code for r in chosen(["TA1"], ["TA103"])] == ["TA101", "TA102", "TA104"]
+    assert [r.code for r in chosen(["ta4,TA501"])] == ["TA401", "TA402", "TA403", "TA501"]
+    assert len(chosen()) == len(RULES)
+    codes = {f["code"] for f in evaluate(load("cnn"), select=["TA4", "TA5"])}
+    assert codes == {"TA401", "TA501"}
+
+
+def test_an_unknown_prefix_is_a_usage_error_listing_the_codes():
+    with pytest.raises(UsageError, match=r"TA9.*valid codes: TA101"):
+        evaluate(load("cnn"), ignore=["TA9"])
+
+
+def test_every_rule_is_documented_in_every_section():
+    for code, r in RULES.items():
+        assert r.family and r.summary.endswith("."), code
+        assert set(r.sections()) == {"What it finds", "Why it matters", "How it is measured", "Fix", "Example"}
+
+
+def test_rule_pages_are_up_to_date():
+    assert docs.stale() == [], "docs/rules is stale: run python -m tune_advisor.rules.docs"
+
+
+def test_a_stale_page_is_detected(tmp_path):
+    docs.write(tmp_path)
+    (tmp_path / "TA101.md").write_text("old text")
+    (tmp_path / "TA999.md").write_text("a removed rule")
+    assert docs.stale(tmp_path) == ["TA101.md", "TA999.md"]
+
+
+def test_cli_lists_and_explains_rules(cli):
+    listing = cli("rules", "--select", "TA7")
+    assert listing.exit_code == 0 and "non-finite-loss" in listing.output and "TA101" not in listing.output
+    explained = cli("rules", "ta101")
+    assert explained.exit_code == 0 and "How it is measured" in explained.output
+    unknown = cli("rules", "TA999")
+    assert unknown.exit_code == 2 and "valid codes" in unknown.output
