@@ -69,3 +69,13 @@ def test_hang_in_loader_workers_times_out_and_leaves_no_process_behind(tmp_path)
     # AND neither the child nor its loader workers survive (they share the child's command line)
     leftovers = [p for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
     assert leftovers == []
+
+
+def test_a_probe_cut_short_by_its_time_cap_still_reports_its_steps(tmp_path):
+    # GIVEN a time cap so short that fewer steps are measured than a noise figure needs (a slow model in practice)
+    protocol = dataclasses.replace(FAST, min_steps=50, min_time_s=5.0, max_time_s=0.0)
+    # WHEN it runs
+    result = probe(WORKLOADS / "tiny_mlp.py", tmp_path, protocol=protocol)
+    # THEN it is ok with its samples; the noise it could not compute is null, not a crash on writing infinity
+    assert result.status is Status.OK, result.error
+    assert 1 <= len(result.step_s) < 4 and result.extra["noise"] is None

@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import knobs
 from ..probe.result import ProbeResult
-from .session import MIN_GAIN, Outcome, PlanContext, Session, beats, confirm, describe_gain, gain
+from .session import MIN_GAIN, PlanContext, Planner, Session, beats, describe_gain, gain
 
 MIN_DATA_WAIT = 0.03  # below this share of the step spent waiting for data, more loader workers cannot pay MIN_GAIN
 MIN_COPY_SHARE = 0.03  # likewise for host-to-device copies and pinned memory
@@ -50,27 +50,16 @@ class Prospect:
     why_not: str | None = None  # set when it is not worth a probe
 
 
-class AdaptivePlanner:
+class AdaptivePlanner(Planner):
     strategy = "adaptive"
 
     def __init__(self, ctx: PlanContext, session: Session):
-        self.ctx, self.session = ctx, session
-        self.notes: list[str] = []
-        self.decisions: list[str] = []
-        self.frontier: dict[str, Any] | None = None
+        super().__init__(ctx, session)
         self.visits: Counter[str] = Counter()
 
-    # --- the plan -------------------------------------------------------------------------------------------------
-
-    def run(self) -> Outcome:
-        s, ctx = self.session, self.ctx
-        base = s.run(ctx.baseline, "baseline")
-        if not base.ok:
-            self.notes.append(f"the baseline probe failed ({base.status.value}): nothing to compare against; "
-                              "fix that first")
-            return self._outcome(base, base, None)
+    def search(self, base: ProbeResult) -> ProbeResult:
+        s = self.session
         self._record_not_applicable()
-
         current, done = base, set()
         while True:
             todo = [k for k in ORDER if k not in done and self.visits[k] < MAX_VISITS]
@@ -81,10 +70,10 @@ class AdaptivePlanner:
                     if p.why_not and self.alternatives(name, current):
                         self.decisions.append(f"{name}: skipped: {p.why_not}")
                         s.unexplored.append(f"{name}: {p.why_not}")
-                break
+                return current
             if not s.affordable():
                 s.unexplored.extend(f"{name}: over budget" for name in live)
-                break
+                return current
             name = max(live, key=lambda k: live[k].speedup)  # first in ORDER on ties
             done.add(name)
             self.visits[name] += 1
@@ -97,16 +86,6 @@ class AdaptivePlanner:
             else:
                 self.decisions.append(f"{name}: no value beat {knobs.describe(current.settings, base.settings)} "
                                       "beyond the noise")
-
-        speedup = None
-        if current is not base:
-            current, speedup = confirm(s, base, current, self.notes)
-        return self._outcome(base, current, speedup)
-
-    def _outcome(self, base: ProbeResult, recommended: ProbeResult, speedup: dict | None) -> Outcome:
-        s = self.session
-        return Outcome(self.strategy, base, recommended, speedup, s.probes, s.unexplored, self.notes,
-                       self.decisions, self.frontier)
 
     def _record_not_applicable(self) -> None:
         """Not-applicable values become skipped probes with their reason, so the report lists them."""

@@ -7,7 +7,8 @@ import itertools
 from typing import Any
 
 from .. import knobs
-from .session import Outcome, PlanContext, Session, confirm, describe_gain
+from ..probe.result import ProbeResult
+from .session import PlanContext, Planner, describe_gain
 
 
 def combinations(ctx: PlanContext) -> list[dict[str, Any]]:
@@ -25,21 +26,11 @@ def not_applicable(ctx: PlanContext, settings: dict[str, Any]) -> str | None:
     return None
 
 
-class GridPlanner:
+class GridPlanner(Planner):
     strategy = "grid"
 
-    def __init__(self, ctx: PlanContext, session: Session):
-        self.ctx, self.session = ctx, session
-        self.notes: list[str] = []
-        self.decisions: list[str] = []
-
-    def run(self) -> Outcome:
+    def search(self, base: ProbeResult) -> ProbeResult:
         s, ctx = self.session, self.ctx
-        base = s.run(ctx.baseline, "baseline")
-        if not base.ok:
-            self.notes.append(f"the baseline probe failed ({base.status.value}): nothing to compare against; "
-                              "fix that first")
-            return Outcome(self.strategy, base, base, None, s.probes, s.unexplored, self.notes)
         grid = combinations(ctx)
         self.decisions.append(f"grid of {len(grid)} combinations of {', '.join(ctx.search) or 'nothing'}")
         for i, settings in enumerate(grid):
@@ -52,11 +43,7 @@ class GridPlanner:
                                     if not not_applicable(ctx, g))
                 break
             s.run(settings, "grid")
-        ok = [p for p in s.probes if p.ok]
-        winner = max(ok, key=lambda p: p.throughput_median)
+        winner = max((p for p in s.probes if p.ok), key=lambda p: p.throughput_median)
         self.decisions.append(f"fastest: {knobs.describe(winner.settings, ctx.baseline)} "
                               f"({describe_gain(base, winner)})")
-        speedup = None
-        if winner.settings != base.settings:
-            winner, speedup = confirm(s, base, winner, self.notes)
-        return Outcome(self.strategy, base, winner, speedup, s.probes, s.unexplored, self.notes, self.decisions)
+        return winner

@@ -156,3 +156,36 @@ def confirm(session: Session, base: ProbeResult, winner: ProbeResult,
                      "stays recommended")
         return base, speedup
     return winner, speedup
+
+
+class Planner:
+    """What every strategy shares: the baseline first, the confirmation last, the Outcome."""
+
+    strategy = ""
+
+    def __init__(self, ctx: PlanContext, session: Session):
+        self.ctx, self.session = ctx, session
+        self.notes: list[str] = []
+        self.decisions: list[str] = []
+        self.frontier: dict[str, Any] | None = None
+
+    def run(self) -> Outcome:
+        base = self.session.run(self.ctx.baseline, "baseline")
+        if not base.ok:
+            self.notes.append(f"the baseline probe failed ({base.status.value}): nothing to compare against; "
+                              "fix that first")
+            return self.outcome(base, base, None)
+        winner = self.search(base)
+        if winner is base or winner.settings == base.settings:
+            return self.outcome(base, base, None)
+        recommended, speedup = confirm(self.session, base, winner, self.notes)
+        return self.outcome(base, recommended, speedup)
+
+    def search(self, base: ProbeResult) -> ProbeResult:
+        """The strategy: probes after the baseline; returns the fastest configuration found."""
+        raise NotImplementedError
+
+    def outcome(self, base: ProbeResult, recommended: ProbeResult, speedup: dict[str, Any] | None) -> Outcome:
+        s = self.session
+        return Outcome(self.strategy, base, recommended, speedup, s.probes, s.unexplored, self.notes,
+                       self.decisions, self.frontier)

@@ -56,8 +56,19 @@ def main(argv: list[str]) -> int:
 
 def write_json_atomic(path: Path, data: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, allow_nan=False, default=str))
+    tmp.write_text(json.dumps(_finite(data), allow_nan=False, default=str))
     os.replace(tmp, path)
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN or infinity: such figures (a noise that could not be computed) are written as null."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def classify(exc: BaseException, path: Path) -> tuple[Status, str]:
