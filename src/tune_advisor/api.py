@@ -15,6 +15,7 @@ from . import workload as workload_mod
 from .errors import UsageError, WorkloadError
 from .planner import STRATEGIES, PlanContext, Session, plan
 from .probe.result import ProbeResult
+from .render import write_reports
 from .probe.runner import classify_exit, run_probe, spawn_child
 from .probe.spec import ProbeSpec, Protocol
 
@@ -191,14 +192,17 @@ def analyze(path: str | Path, *, out: str | Path | None = None, device: str = "a
     document["budget"].update(used_s=round(session.elapsed(), 3), probes_run=len(session.probes),
                               unexplored=list(outcome.unexplored))
     results.write_atomic(results_path, document)
+    write_reports(document, out_dir)
     return AnalysisResult(outcome.baseline, outcome.recommended, outcome.speedup, outcome.probes, outcome.notes,
                           outcome.unexplored, out_dir, document)
 
 
 def probe(path: str | Path, settings: dict[str, Any] | None = None, *, device: str = "auto",
           probe_timeout: str | float = DEFAULT_PROBE_TIMEOUT_S, protocol: Protocol | None = None,
-          seed: int = 0, workdir: str | Path | None = None) -> tuple[Inspection, ProbeResult]:
-    """Measure one configuration: the file's BASELINE overlaid with `settings`."""
+          seed: int = 0, workdir: str | Path | None = None,
+          profile: bool = False) -> tuple[Inspection, ProbeResult]:
+    """Measure one configuration: the file's BASELINE overlaid with `settings` (`profile`: run torch.profiler on
+    a few extra steps afterwards)."""
     try:
         overrides = knobs.validate_settings(settings or {})
     except ValueError as exc:
@@ -207,7 +211,7 @@ def probe(path: str | Path, settings: dict[str, Any] | None = None, *, device: s
     if workdir is None:  # nothing to keep: the probe's files go to a folder removed afterwards
         with tempfile.TemporaryDirectory(prefix="tune-advisor-probe-") as tmp:
             return probe(path, settings, device=device, probe_timeout=probe_timeout, protocol=protocol, seed=seed,
-                         workdir=tmp)
+                         workdir=tmp, profile=profile)
     workdir = Path(workdir)
     info = inspect(path, device, workdir)
     full = {**info.baseline, **overrides}
@@ -216,5 +220,6 @@ def probe(path: str | Path, settings: dict[str, Any] | None = None, *, device: s
         if reason:
             raise UsageError(f"--set {name}={value}: {reason}")
     spec = ProbeSpec(id="probe", workload=str(info.path), settings=full, device=device,
-                     protocol=protocol or Protocol(), timeout_s=parse_duration(probe_timeout), seed=seed)
+                     protocol=protocol or Protocol(), timeout_s=parse_duration(probe_timeout), seed=seed,
+                     profile=profile)
     return info, run_probe(spec, workdir, role="probe")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import sys
 import traceback
 from dataclasses import dataclass
 
@@ -52,3 +53,8 @@ def parse_sets(pairs: list[str]) -> dict[str, str]:
             raise UsageError(f"--set {pair!r}: expected KNOB=VALUE, e.g. --set batch_size=64")
         settings[name.strip()] = value.strip()
     return settings
+
+
+def command_line() -> list[str]:
+    """This run's command as a user would type it again (`python -m tune_advisor` leaves a __main__.py path)."""
+    return ["tune-advisor", *sys.argv[1:]]

@@ -13,7 +13,7 @@ import typer
 from .. import api, knobs
 from ..probe.spec import Protocol
 from ..render.terminal import analysis_summary, probe_line
-from ._common import err, handle_errors, out as stdout
+from ._common import command_line, err, handle_errors, out as stdout
 
 
 @handle_errors
@@ -66,7 +66,7 @@ def command(
     try:
         result = api.analyze(file, out=out, device=device, budget=budget, probe_timeout=probe_timeout,
                              max_memory=max_memory, protocol=protocol, seed=seed, strategy=strategy,
-                             select=select, ignore=ignore, command=sys.argv,
+                             select=select, ignore=ignore, command=command_line(),
                              on_start=on_start, on_probe=on_probe, on_probe_start=on_probe_start)
     finally:
         if status is not None:

@@ -50,29 +50,24 @@ def spawn_child(spec: ProbeSpec, workdir: Path, python: str = sys.executable) ->
     package_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
 
+    child = start_child(python, [str(spec_path), str(result_path)], log_path, env)
     started = time.monotonic()
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [python, "-m", "tune_advisor.probe.child", str(spec_path), str(result_path)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-            start_new_session=True,  # its own process group: loader workers die with it
-        )
-        sampler = TreeMemorySampler(proc.pid)
-        sampler.start()
-        timed_out, killed = False, 0
-        try:
-            if not wait_until(proc, started + spec.timeout_s):
-                timed_out = True
-                killed = kill_group(proc.pid)
-                proc.wait()
-        except BaseException:  # Ctrl-C or any error here: leave nothing running behind us
-            kill_group(proc.pid)
-            proc.wait()
-            raise
-        finally:
-            sampler.stop()
-            # Workers can outlive a crashed child; the group is killed either way.
-            kill_group(proc.pid)
+    sampler = TreeMemorySampler(child.pid)
+    sampler.start()
+    timed_out, killed = False, 0
+    try:
+        if not child.wait_until(started + spec.timeout_s):
+            timed_out = True
+            killed = kill_group(child.pid)
+            child.wait()
+    except BaseException:  # Ctrl-C or any error here: leave nothing running behind us
+        kill_group(child.pid)
+        child.wait()
+        raise
+    finally:
+        sampler.stop()
+        # Workers can outlive a crashed child; the group is killed either way.
+        kill_group(child.pid)
     wall = time.monotonic() - started
 
     result = None
@@ -82,36 +77,130 @@ def spawn_child(spec: ProbeSpec, workdir: Path, python: str = sys.executable) ->
         except json.JSONDecodeError:
             result = None
     phase = phase_path.read_text() if phase_path.exists() else ""
-    return ChildRun(proc.returncode, result, timed_out, sampler.peak_bytes, killed, phase,
+    return ChildRun(child.returncode, result, timed_out, sampler.peak_bytes, killed, phase,
                     _tail(log_path), wall)
 
 
-def wait_until(proc: subprocess.Popen, deadline: float) -> bool:
-    """Block until `proc` exits (True) or the monotonic `deadline` passes (False), without waking up meanwhile.
+class Spawned:
+    """A child started as a new Python process (`python -m tune_advisor.probe.child`)."""
 
-    The parent must stay quiet: on a 2-core machine every wake-up of ours preempts one of the probe's compute
-    threads, and Popen.wait(timeout)'s polling loop (tens of wake-ups a second) cost probes several percent.
-    A pidfd becomes readable when the process exits, so select() sleeps until then.
-    """
-    try:
-        pidfd = os.pidfd_open(proc.pid)
-    except (AttributeError, OSError):  # not Linux >= 5.3: fall back to polling
+    def __init__(self, python: str, argv: list[str], log_path: Path, env: dict[str, str]):
+        with open(log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [python, "-m", "tune_advisor.probe.child", *argv],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                start_new_session=True,  # its own process group: loader workers die with it
+            )
+        self.pid = self.proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode
+
+    def wait_until(self, deadline: float) -> bool:
+        """Block until the child exits (True) or the monotonic `deadline` passes (False), without waking meanwhile.
+
+        The parent must stay quiet: on a 2-core machine every wake-up of ours preempts one of the probe's compute
+        threads, and Popen.wait(timeout)'s polling loop (tens of wake-ups a second) cost probes several percent.
+        A pidfd becomes readable when the process exits, so select() sleeps until then.
+        """
         try:
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            return True
-        except subprocess.TimeoutExpired:
-            return False
-    try:
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return proc.poll() is not None
-            ready, _, _ = select.select([pidfd], [], [], remaining)
-            if ready:
-                proc.wait()
+            pidfd = os.pidfd_open(self.pid)
+        except (AttributeError, OSError):  # not Linux >= 5.3: fall back to polling
+            try:
+                self.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
                 return True
-    finally:
-        os.close(pidfd)
+            except subprocess.TimeoutExpired:
+                return False
+        try:
+            if _sleep_until_readable(pidfd, deadline):
+                self.proc.wait()
+                return True
+            return self.proc.poll() is not None
+        finally:
+            os.close(pidfd)
+
+    def wait(self) -> None:
+        self.proc.wait()
+
+
+class Forked:
+    """A child forked by the zygote (probe/zygote.py), which has torch imported already."""
+
+    def __init__(self, zygote: "Zygote", argv: list[str], log_path: Path, env: dict[str, str]):
+        self.zygote = zygote
+        self.pid = zygote.request({"argv": argv, "log": str(log_path), "env": env})["pid"]
+        self.returncode: int | None = None
+
+    def wait_until(self, deadline: float) -> bool:
+        # The zygote reports the exit the moment it reaps the child: sleep on its reply pipe, like on a pidfd.
+        if not _sleep_until_readable(self.zygote.replies, deadline):
+            return False
+        self.wait()
+        return True
+
+    def wait(self) -> None:
+        if self.returncode is None:
+            self.returncode = self.zygote.reply()["exitcode"]
+
+
+class Zygote:
+    """The long-lived pre-warmed parent of probe children; one per environment, started on first use."""
+
+    def __init__(self, python: str, env: dict[str, str]):
+        self.python, self.env = python, env
+        self.proc = subprocess.Popen([python, "-m", "tune_advisor.probe.zygote"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, bufsize=0)
+        self.replies = self.proc.stdout.fileno()
+        if not self.reply().get("ready"):
+            raise OSError("the zygote did not start")
+
+    def request(self, message: dict) -> dict:
+        self.proc.stdin.write((json.dumps(message) + "\n").encode())
+        self.proc.stdin.flush()
+        return self.reply()
+
+    def reply(self) -> dict:
+        line = self.proc.stdout.readline()  # unbuffered: never reads past the line, so select() stays exact
+        if not line:
+            raise OSError("the zygote exited")
+        return json.loads(line)
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+_zygote: Zygote | None = None
+
+
+def start_child(python: str, argv: list[str], log_path: Path, env: dict[str, str]) -> Spawned | Forked:
+    """Fork the child from the zygote (started, or restarted when the environment changed, as needed); a new
+    process when TUNE_ADVISOR_NO_ZYGOTE is set or the zygote cannot start."""
+    global _zygote
+    if os.environ.get("TUNE_ADVISOR_NO_ZYGOTE") or not hasattr(os, "fork"):
+        return Spawned(python, argv, log_path, env)
+    for _ in range(2):  # a zygote that died (killed from outside) is replaced once
+        try:
+            if _zygote is None or _zygote.env != env or _zygote.python != python or _zygote.proc.poll() is not None:
+                if _zygote is not None:
+                    _zygote.close()
+                _zygote = None
+                _zygote = Zygote(python, env)
+            return Forked(_zygote, argv, log_path, env)
+        except (OSError, ValueError):
+            _zygote = None
+    return Spawned(python, argv, log_path, env)
+
+
+def _sleep_until_readable(fd: int, deadline: float) -> bool:
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        ready, _, _ = select.select([fd], [], [], remaining)
+        if ready:
+            return True
 
 
 def kill_group(pgid: int) -> int:

@@ -2,29 +2,17 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .. import knobs
 from ..probe.result import ProbeResult
-
-
-def fmt_rate(value: float | None, unit: str = "") -> str:
-    if value is None or value != value:
-        return "-"
-    text = f"{value:,.0f}" if value >= 100 else f"{value:.3g}" if value < 10 else f"{value:.1f}"
-    return f"{text} {unit}".strip()
-
-
-def fmt_bytes(value: int | None) -> str:
-    if not value:
-        return "-"
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if value >= size:
-            return f"{value / size:.2f} {unit}"
-    return f"{value} B"
+from . import view
+from .fmt import fmt_bytes, fmt_ci, fmt_rate, fmt_speedup
 
 
 def fmt_throughput(result: ProbeResult) -> str:
@@ -72,48 +60,86 @@ def probe_table(result: ProbeResult, console: Console) -> None:
 
 def analysis_summary(result, console: Console) -> None:
     """Verdict, settings, failures and what was left unexplored (`tune-advisor analyze`)."""
-    base, rec = result.baseline, result.recommended
+    document_summary(result.document, console, results_path=result.results_path)
+
+
+def document_summary(document: dict[str, Any], console: Console, results_path=None, top_findings: int = 5) -> None:
+    """The terminal summary of a results.json document: verdict, settings, top findings, failed probes."""
+    r = view.build(document)
+    base, rec = r.baseline, r.recommended
     console.print()
-    if not base.ok:
-        console.print(f"[bold red]The baseline probe failed ({base.status.value}):[/] {base.error}")
+    console.print(f"[bold]{escape(r.title)}[/]", highlight=False)
+    if not r.baseline_ok:
+        console.print(f"[bold red]{escape(r.verdict)}[/]", highlight=False)
     else:
-        console.print(f"[bold]Baseline[/]     {knobs.describe(base.settings)}")
-        console.print(f"               {fmt_throughput(base)}, peak memory {fmt_bytes(base.peak_memory_bytes)}")
-        changes = result.changes
-        if changes:
-            console.print(f"[bold green]Recommended[/]  {knobs.describe(changes)}")
-            console.print(f"               {fmt_throughput(rec)}, peak memory {fmt_bytes(rec.peak_memory_bytes)}")
+        console.print(f"[bold]Baseline[/]     {escape(knobs.describe(base['settings']))}", highlight=False)
+        console.print(f"               {escape(fmt_ci(base.get('throughput')))}, "
+                      f"peak memory {fmt_bytes(base.get('peak_memory_bytes'))}", highlight=False)
+        if r.changes:
+            console.print(f"[bold green]Recommended[/]  {escape(knobs.describe(r.changes))}", highlight=False)
+            console.print(f"               {escape(fmt_ci(rec.get('throughput')))}, "
+                          f"peak memory {fmt_bytes(rec.get('peak_memory_bytes'))}", highlight=False)
         else:
-            console.print("[bold]Recommended[/]  keep the baseline: no change beat it by more than the noise")
-        sp = result.speedup
-        if sp:
-            console.print(f"[bold]Speedup[/]      {sp['median']:.2f}x  (95% CI {sp['ci_low']:.2f}–{sp['ci_high']:.2f}; "
-                          f"{sp['method']})")
-        if "batch_size" in changes:
-            k = changes["batch_size"] / base.settings["batch_size"]
-            console.print(f"               note: batch_size {base.settings['batch_size']} → {changes['batch_size']} "
-                          f"changes optimisation: scale the learning rate (about {k:g}x linear, or √{k:g} for "
-                          "Adam-style) or keep the old batch with gradient accumulation")
-        if changes:
+            console.print(f"[bold]Recommended[/]  {escape(r.verdict)}", highlight=False)
+        if r.speedup and r.speedup.get("median") is not None:
+            method = f"; {r.speedup['method']}" if r.speedup.get("method") else ""
+            console.print(f"[bold]Speedup[/]      {fmt_speedup(r.speedup)}{escape(str(method))}", highlight=False)
+        if r.batch_note:
+            console.print(f"               note: {escape(r.batch_note)}", highlight=False)
+        if r.snippet:
             console.print("\n[bold]Apply it[/]")
-            console.print(settings_snippet(rec.settings), markup=False, highlight=False)
-    failed = [p for p in result.probes if p.status.value not in ("ok", "skipped")]
-    if failed:
-        console.print("\n[bold]Failed probes[/]")
-        for p in failed:
-            console.print(f"  {p.id} {knobs.describe(p.settings, base.settings)}: [red]{p.status.value}[/] — {p.error}",
+            console.print(textwrap.indent(r.snippet, "    "), markup=False, highlight=False)
+    if r.findings:
+        console.print(f"\n[bold]Findings[/] ({len(r.findings)})")
+        for f in r.findings[:top_findings]:
+            gain = fmt_speedup(f.speedup)
+            gain = f"  [{'measured' if f.measured else 'estimated'} {gain}]" if gain != "-" else ""
+            console.print(f"  [bold]{escape(f.code)}[/] {escape(f.name)}: {escape(f.message)}{escape(gain)}",
                           highlight=False)
-    skipped = [p for p in result.probes if p.status.value == "skipped"]
-    if skipped:
+        if len(r.findings) > top_findings:
+            console.print(f"  … and {len(r.findings) - top_findings} more in report.html")
+    if r.failed:
+        console.print("\n[bold]Failed probes[/]")
+        for row in r.failed:
+            console.print(f"  {escape(row.id)} {escape(row.changed)}: [red]{escape(row.status)}[/] — "
+                          f"{escape(row.error)}", highlight=False)
+    if r.skipped:
         console.print("\n[bold]Not applicable[/]")
-        for p in skipped:
-            reason = (p.error or "").removeprefix("not applicable: ")
-            console.print(f"  {knobs.describe(p.settings, base.settings)}: {reason}", highlight=False)
-    for note in result.notes:
-        console.print(f"note: {note}", highlight=False)
-    if result.unexplored:
-        console.print(f"\nUnexplored ({len(result.unexplored)}): " + "; ".join(result.unexplored), highlight=False)
-    console.print(f"\nresults: {result.results_path}")
+        for row in r.skipped:
+            reason = row.error.removeprefix("not applicable: ")
+            console.print(f"  {escape(row.changed)}: {escape(reason)}", highlight=False)
+    for note in r.notes:
+        console.print(f"note: {escape(note)}", highlight=False)
+    if r.unexplored:
+        console.print(f"\nUnexplored ({len(r.unexplored)}): " + escape("; ".join(r.unexplored)), highlight=False)
+    if results_path is not None:
+        console.print(f"\nresults: {escape(str(results_path))}", highlight=False)
+
+
+def comparison_summary(comparison: "view.Comparison", console: Console) -> None:
+    """Two runs side by side (`tune-advisor compare`)."""
+    c = comparison
+    table = Table(title="comparison", title_justify="left")
+    table.add_column("")
+    table.add_column(escape(c.names[0]), overflow="fold")
+    table.add_column(escape(c.names[1]), overflow="fold")
+    for what, a, b in c.rows:
+        table.add_row(what, escape(a), escape(b))
+    console.print(table)
+    if c.same_machine is False:
+        console.print("[yellow]The runs come from different machines (fingerprints differ): "
+                      "compare their numbers with care.[/]")
+    if c.ratio is not None:
+        console.print(f"recommended throughput, B over A: {c.ratio:.2f}x (ratio of medians of separate runs; no CI)")
+    differ = [(k, a, b) for k, a, b, d in c.settings if d]
+    if differ:
+        console.print("\n[bold]Recommended settings that differ[/]")
+        for knob, a, b in differ:
+            console.print(f"  {escape(knob)}: {escape(a)} → {escape(b)}", highlight=False)
+    if c.findings:
+        console.print("\n[bold]Findings[/]")
+        for code, name, where in c.findings:
+            console.print(f"  {escape(code)} {escape(name)}: {where}", highlight=False)
 
 
 def settings_snippet(settings: dict[str, Any]) -> str:

@@ -1,0 +1,227 @@
+"""Charts for report.html: matplotlib figures written as inline SVG (text as text, no external references).
+
+Axes and labels are drawn in a placeholder colour that becomes `currentColor`, so a chart follows the page's
+light or dark theme. Each function returns None when the document holds nothing to draw.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import textwrap
+from dataclasses import dataclass
+from typing import Any
+
+from .. import knobs
+from . import view
+
+_INK = "#0b0c0d"  # replaced by currentColor in the SVG text; unlikely to be a colour we draw with
+BLUE, GREEN, GREY, RED, ORANGE = "#3b82f6", "#16a34a", "#9ca3af", "#dc2626", "#f59e0b"
+SERIES = [BLUE, ORANGE, GREEN, "#a855f7", "#ec4899"]
+_RC = {
+    "svg.fonttype": "none",  # text stays text: smaller, selectable, uses the page's font
+    "svg.hashsalt": "tune-advisor",  # stable element ids, so re-rendering the same file gives the same bytes
+    "text.parse_math": False,  # a '$' in a label is a dollar, never mathtext (nor a mathtext error)
+    "font.family": "sans-serif",
+    "font.size": 9,
+    "text.color": _INK, "axes.labelcolor": _INK, "axes.edgecolor": _INK,
+    "xtick.color": _INK, "ytick.color": _INK, "grid.color": _INK, "grid.alpha": 0.15,
+    "axes.spines.top": False, "axes.spines.right": False,
+    "figure.facecolor": "none", "axes.facecolor": "none", "savefig.facecolor": "none",
+    "legend.frameon": False,
+}
+
+
+@dataclass
+class Chart:
+    id: str
+    title: str
+    caption: str
+    svg: str
+
+
+def charts(report: view.Report) -> list[Chart]:
+    """Every chart the document has data for, in report order."""
+    made = [throughput_chart(report), batch_chart(report), breakdown_chart(report), timeline_chart(report)]
+    return [c for c in made if c is not None]
+
+
+def _figure(width: float, height: float):
+    from matplotlib.figure import Figure  # the object API: no pyplot global state, no GUI backend
+
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def _svg(fig, label: str) -> str:
+    import matplotlib
+
+    buf = io.StringIO()
+    with matplotlib.rc_context(_RC):
+        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
+    text = buf.getvalue()
+    text = text[text.index("<svg"):]  # drop the XML prolog and DOCTYPE: the SVG goes inline in HTML
+    text = text.replace(_INK, "currentColor")
+    return re.sub(r"<svg ", f'<svg role="img" aria-label="{_attr(label)}" ', text, count=1)
+
+
+def _attr(text: str) -> str:
+    return text.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _short(text: str, width: int = 44) -> str:
+    return textwrap.shorten(text, width=width, placeholder="…")
+
+
+def _draw(width: float, height: float, label: str, paint) -> str:
+    import matplotlib
+
+    with matplotlib.rc_context(_RC):
+        fig = _figure(width, height)
+        paint(fig)
+        return _svg(fig, label)
+
+
+def throughput_chart(report: view.Report) -> Chart | None:
+    rows = [r for r in report.rows if r.ok]
+    if not rows:
+        return None
+
+    def paint(fig):
+        ax = fig.add_subplot()
+        y = list(range(len(rows)))[::-1]
+        med = [r.throughput["median"] for r in rows]
+        low = [m - (r.throughput.get("ci_low") if r.throughput.get("ci_low") is not None else m)
+               for m, r in zip(med, rows)]
+        high = [(r.throughput.get("ci_high") if r.throughput.get("ci_high") is not None else m) - m
+                for m, r in zip(med, rows)]
+        # Confirmation repeats share the colour of the settings they re-measure.
+        base = view.settings_key(view.as_dict(view.as_dict(report.baseline).get("settings")))
+        rec = view.settings_key(view.as_dict(view.as_dict(report.recommended).get("settings")))
+        keys = [view.settings_key(view.as_dict(r.probe.get("settings"))) for r in rows]
+        colors = [GREEN if k == rec and report.changes else GREY if k == base else BLUE for k in keys]
+        ax.barh(y, med, color=colors, height=0.7)
+        ax.errorbar(med, y, xerr=[low, high], fmt="none", ecolor=_INK, elinewidth=1, capsize=2)
+        ax.set_yticks(y, [_short(f"{r.id} {r.changed}") for r in rows])
+        ax.set_xlabel(f"throughput ({report.unit}), median with 95% CI")
+        ax.grid(axis="x")
+        ax.set_axisbelow(True)
+
+    svg = _draw(8, 0.8 + 0.28 * len(rows), "throughput per probe", paint)
+    return Chart("chart-throughput", "Throughput per probe",
+                 "Median throughput of every probe that ran, with its 95% bootstrap CI. Green: recommended; "
+                 "grey: baseline.", svg)
+
+
+def batch_chart(report: view.Report) -> Chart | None:
+    """Throughput and peak memory against batch size, one line per combination of the other knobs."""
+    groups: dict[tuple, dict[int, Any]] = {}
+    for r in report.rows:
+        settings = view.as_dict(r.probe.get("settings"))
+        bs = settings.get("batch_size")
+        if r.ok and isinstance(bs, int) and bs > 0:
+            key = view.settings_key({k: v for k, v in settings.items() if k != "batch_size"})
+            groups.setdefault(key, {}).setdefault(bs, r)  # the first probe of each batch size
+    series = sorted((g for g in groups.values() if len(g) >= 2), key=len, reverse=True)[:len(SERIES)]
+    failed = [r for r in report.failed if isinstance(view.as_dict(r.probe.get("settings")).get("batch_size"), int)]
+    if not series:
+        return None
+    base = view.as_dict(view.as_dict(report.baseline).get("settings"))
+    oom = [r for r in failed if r.status == "oom"]
+    frontier = min((r.probe["settings"]["batch_size"] for r in oom), default=None)
+
+    def paint(fig):
+        ax = fig.add_subplot()
+        mem = ax.twinx()
+        mem.spines["right"].set_visible(True)
+        for color, group in zip(SERIES, series):
+            points = sorted(group.items())
+            xs = [bs for bs, _ in points]
+            rest = {k: v for k, v in view.as_dict(points[0][1].probe.get("settings")).items() if k != "batch_size"}
+            other = {k: v for k, v in rest.items() if base.get(k) != v}
+            label = _short(knobs.describe(other) if other else "baseline settings", 40)
+            ax.plot(xs, [r.throughput["median"] for _, r in points], "o-", color=color, label=label)
+            mem_points = [(bs, r.peak_memory) for bs, r in points if r.peak_memory]
+            if mem_points:
+                mem.plot([x for x, _ in mem_points], [m / 2**20 for _, m in mem_points], "s--", color=color,
+                         alpha=0.6, markersize=4)
+        for r in failed:
+            ax.plot([r.probe["settings"]["batch_size"]], [0], "x", color=RED, markersize=8, mew=2)
+        if frontier is not None:
+            ax.axvline(frontier, color=RED, linestyle=":", linewidth=1.5)
+            ax.annotate(f"OOM from batch {frontier}", (frontier, 0.95), xycoords=("data", "axes fraction"),
+                        color=RED, ha="right", xytext=(-4, 0), textcoords="offset points")
+        ax.set_xscale("log", base=2)
+        ticks = sorted({bs for g in series for bs in g} | {r.probe["settings"]["batch_size"] for r in failed})
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.minorticks_off()
+        ax.set_xlabel("batch size (log scale)")
+        ax.set_ylabel(f"throughput ({report.unit}), solid")
+        mem.set_ylabel("peak memory (MiB), dashed")
+        ax.set_ylim(bottom=0)
+        mem.set_ylim(bottom=0)
+        ax.grid(True)
+        fig.legend(loc="outside upper right", ncols=min(3, len(series)), fontsize=8)
+
+    svg = _draw(8, 3.6, "batch size against throughput and peak memory", paint)
+    caption = ("Solid: median throughput; dashed: peak memory; one colour per combination of the other knobs. "
+               + (f"Red crosses: failed probes; the dotted line marks the first out-of-memory batch size ({frontier})."
+                  if frontier is not None else
+                  "Red crosses: failed probes." if failed else "No batch size ran out of memory."))
+    return Chart("chart-batch", "Batch size against throughput and memory", caption, svg)
+
+
+def breakdown_chart(report: view.Report) -> Chart | None:
+    rows = [r for r in report.rows if r.ok and r.step_mean is not None and r.wait_frac is not None]
+    if not rows:
+        return None
+
+    def paint(fig):
+        ax = fig.add_subplot()
+        y = list(range(len(rows)))[::-1]
+        wait = [r.step_mean * r.wait_frac * 1e3 for r in rows]
+        compute = [r.step_mean * (1 - r.wait_frac) * 1e3 for r in rows]
+        ax.barh(y, wait, color=ORANGE, height=0.7, label="waiting for data")
+        ax.barh(y, compute, left=wait, color=BLUE, height=0.7, label="compute and the rest of the step")
+        ax.set_yticks(y, [_short(f"{r.id} {r.changed}") for r in rows])
+        ax.set_xlabel("mean step time (ms)")
+        ax.grid(axis="x")
+        ax.set_axisbelow(True)
+        fig.legend(loc="outside upper right", ncols=2, fontsize=8)  # above the bars, never over them
+
+    svg = _draw(8, 1.0 + 0.28 * len(rows), "step-time breakdown", paint)
+    return Chart("chart-breakdown", "Step-time breakdown",
+                 "Mean measured step time split by the share spent blocked on the next batch (data_wait_frac).",
+                 svg)
+
+
+def timeline_chart(report: view.Report) -> Chart | None:
+    """NVML samples over time for the probes that recorded a `gpu.timeline` ({t_s: [...], <metric>: [...]}, as
+    collectors/nvml.py writes it: util, mem_gib, power_w, sm_clock_mhz; None where a sample was missing)."""
+    timed = []
+    for r in report.rows:
+        timeline = view.as_dict(view.as_dict(r.probe.get("gpu")).get("timeline"))
+        t = timeline.get("t_s")
+        if isinstance(t, list) and t:
+            metrics = {k: v for k, v in timeline.items()
+                       if k != "t_s" and isinstance(v, list) and len(v) == len(t)}
+            if metrics:
+                timed.append((r, t, metrics))
+    if not timed:
+        return None
+    names = list(dict.fromkeys(k for _, _, m in timed for k in m))[:4]
+    timed = timed[:len(SERIES)]
+
+    def paint(fig):
+        axes = fig.subplots(len(names), 1, sharex=True, squeeze=False)[:, 0]
+        for ax, name in zip(axes, names):
+            for color, (r, t, metrics) in zip(SERIES, timed):
+                if name in metrics:
+                    values = [v if view.as_num(v) is not None else float("nan") for v in metrics[name]]  # gaps
+                    ax.plot(t, values, color=color, label=r.id, linewidth=1)
+            ax.set_ylabel(_short(name, 20))
+            ax.grid(True)
+        axes[0].legend(loc="upper right", fontsize=8, ncols=len(timed))
+        axes[-1].set_xlabel("time in probe (s)")
+
+    svg = _draw(8, 0.6 + 1.4 * len(names), "GPU timeline", paint)
+    return Chart("chart-timeline", "GPU timeline (NVML)", "NVML samples recorded during each probe.", svg)

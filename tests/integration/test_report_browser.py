@@ -1,0 +1,163 @@
+"""The HTML reports in a real headless Chromium: offline, no errors, every section, a working sort, no injection.
+
+Playwright drives the system's Chromium (Debian package `chromium`); screenshots go to test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tune_advisor.render import html, write_compare, write_reports
+
+from ..conftest import ROOT
+from ..unit.test_render_reports import HOSTILE, golden, hostile_document, minimal_documents, with_findings
+
+CHROMIUM = os.environ.get("TUNE_ADVISOR_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+ARTIFACTS = ROOT / "test-artifacts"
+SECTIONS = [section for section, _ in html.REPORT_SECTIONS]
+
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="no Chromium on PATH: install it with `apt-get install -y chromium` (see .ci/run)")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright  # a dev dependency: missing it is a setup error, not a skip
+
+    with sync_playwright() as p:
+        # The system Chromium, not Playwright's own download (which may not be reachable from CI).
+        browser = p.chromium.launch(executable_path=CHROMIUM)
+        yield browser
+        browser.close()
+
+
+class Visit:
+    """One page load with everything it did recorded: requests, console errors, page errors, dialogs."""
+
+    def __init__(self, browser, path: Path, color_scheme: str = "light"):
+        self.page = browser.new_page(viewport={"width": 1200, "height": 900}, color_scheme=color_scheme)
+        self.url = path.resolve().as_uri()
+        self.requests: list[str] = []
+        self.errors: list[str] = []
+        self.dialogs: list[str] = []
+        self.page.on("request", lambda r: self.requests.append(r.url))
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type in ("error", "warning") else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
+        self.page.goto(self.url, wait_until="load")
+
+    def assert_clean(self):
+        assert self.errors == [], self.errors
+        assert self.requests == [self.url], self.requests  # the file itself, nothing else
+        assert self.dialogs == []
+
+    def screenshot(self, name: str):
+        ARTIFACTS.mkdir(exist_ok=True)
+        self.page.screenshot(path=ARTIFACTS / f"{name}.png", full_page=True)
+
+    def close(self):
+        self.page.close()
+
+
+def example_reports(tmp_path_factory) -> list[tuple[str, Path]]:
+    out = tmp_path_factory.mktemp("reports")
+    made = []
+    for name, doc in (("cnn", golden("cnn")), ("io_bound", golden("io_bound")), ("findings", with_findings())):
+        write_reports(doc, out / name)
+        made.append((name, out / name / "report.html"))
+    committed = sorted((ROOT / "reports").glob("*/report.html"))
+    return made + [(f"committed-{p.parent.name}", p) for p in committed]
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    return example_reports(tmp_path_factory)
+
+
+def probe_order(page) -> list[str]:
+    return page.locator("#probe-table tbody tr td:first-child").all_inner_texts()
+
+
+def test_every_example_report_loads_offline_with_every_section_and_sorts(browser, reports):
+    for name, path in reports:
+        visit = Visit(browser, path)
+        page = visit.page
+        try:
+            visit.assert_clean()
+            for section in SECTIONS:
+                heading = page.locator(f"section#{section} h2")
+                assert heading.count() == 1 and heading.is_visible(), (name, section)
+            assert page.locator("#verdict .verdict").inner_text().strip(), name
+            assert page.locator("#charts svg").count() >= 3, name
+            # WHEN the throughput header is clicked THEN rows are in ascending throughput, failures last
+            before = probe_order(page)
+            page.get_by_role("button", name="throughput [95% CI]").click()
+            ascending = probe_order(page)
+            values = [float(v) for v in page.locator("#probe-table tbody tr td:nth-child(5)").evaluate_all(
+                "cells => cells.map(c => c.dataset.sort)") if v]
+            assert values == sorted(values) and len(values) >= 3, name
+            assert ascending != before and sorted(ascending) == sorted(before)
+            # AND a second click reverses it
+            page.get_by_role("button", name="throughput [95% CI]").click()
+            assert probe_order(page)[:len(values)] == ascending[:len(values)][::-1]
+            page.get_by_role("button", name="id").click()
+            assert probe_order(page) == sorted(before)
+            visit.assert_clean()
+            visit.screenshot(f"report-{name}")
+        finally:
+            visit.close()
+
+
+def test_the_report_follows_a_dark_system_theme(browser, reports):
+    name, path = reports[0]
+    visit = Visit(browser, path, color_scheme="dark")
+    try:
+        visit.assert_clean()
+        background = visit.page.evaluate("getComputedStyle(document.body).backgroundColor")
+        assert background == "rgb(13, 17, 23)", background
+        visit.screenshot(f"report-{name}-dark")
+    finally:
+        visit.close()
+
+
+def test_hostile_strings_stay_text_in_the_browser(browser, tmp_path):
+    write_reports(hostile_document(), tmp_path)
+    compare = write_compare(hostile_document(), golden(), tmp_path, (HOSTILE, "b.json"))
+    for path in (tmp_path / "report.html", compare):
+        visit = Visit(browser, path)
+        page = visit.page
+        try:
+            visit.assert_clean()  # no dialog from alert(1), no request for "x"
+            assert page.locator("img").count() == 0 and page.locator("img[src=x]").count() == 0
+            assert page.locator("script").count() == 1
+            assert "<img src=x onerror=alert(1)>" in page.locator("header").inner_text()  # shown as text
+            visit.screenshot(f"hostile-{path.stem}")
+        finally:
+            visit.close()
+
+
+def test_a_run_with_nothing_measured_renders_and_says_so(browser, tmp_path):
+    write_reports(minimal_documents()["baseline_failed"], tmp_path)
+    visit = Visit(browser, tmp_path / "report.html")
+    try:
+        visit.assert_clean()
+        assert "The baseline probe failed (error)" in visit.page.locator("#verdict").inner_text()
+        assert "No findings" in visit.page.locator("#findings").inner_text()
+        visit.screenshot("report-baseline-failed")
+    finally:
+        visit.close()
+
+
+def test_compare_page_loads_offline(browser, tmp_path):
+    path = write_compare(golden("cnn"), golden("io_bound"), tmp_path, ("cnn.json", "io_bound.json"))
+    visit = Visit(browser, path)
+    try:
+        visit.assert_clean()
+        assert visit.page.locator("section#summary table tbody tr").count() >= 10
+        visit.screenshot("compare")
+    finally:
+        visit.close()

@@ -1,0 +1,234 @@
+"""Every renderer (HTML, Markdown, terminal, compare) over real, hostile and nearly empty results documents."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import io
+import json
+import re
+
+import pytest
+from rich.console import Console
+
+from tune_advisor import results
+from tune_advisor.render import charts, html, markdown, terminal, view, write_compare, write_reports
+
+from ..conftest import ROOT
+
+GOLDEN = ROOT / "tests" / "golden"
+HOSTILE = "</script><img src=x onerror=alert(1)> [/] [bold red]x `|` **y** {{ 7*7 }}"
+
+
+def golden(name: str = "cnn") -> dict:
+    return results.read(GOLDEN / f"{name}.results.json")
+
+
+def sample_findings() -> list[dict]:
+    """Findings shaped like the rules engine's FINDING (SPEC §7): one measured, one estimated."""
+    return [
+        {"code": "TA401", "name": "fp32-on-bf16-capable-cpu", "severity": "high",
+         "message": "Training runs in float32 although this CPU has AMX bf16: bf16 autocast ran 1.82x faster (p002).",
+         "evidence": {"baseline_samples_per_s": 225.67, "bf16_samples_per_s": 411.65, "cpu_flags": ["amx_bf16"]},
+         "fix": {"settings": {"amp": "bf16"},
+                 "snippet": "with torch.autocast(device_type='cpu', dtype=torch.bfloat16):\n"
+                            "    loss = compute_loss(model, batch)"},
+         "gain": {"measured": True, "speedup": {"median": 1.82, "ci_low": 1.77, "ci_high": 1.88},
+                  "time_saved_frac": 0.45},
+         "probes": ["p001", "p002"]},
+        {"code": "TA301", "name": "batch-too-small-for-memory", "severity": "low",
+         "message": "Peak memory is 515 MiB of 20 GiB: a larger batch fits.",
+         "evidence": {"peak_memory_bytes": 539734016},
+         "fix": {"settings": {"batch_size": 64}, "snippet": ""},
+         "gain": {"measured": False, "speedup": 1.19, "time_saved_frac": 0.16}, "probes": ["p007"]},
+    ]
+
+
+def with_findings() -> dict:
+    doc = golden("cnn")
+    doc["findings"] = sample_findings()
+    return doc
+
+
+def hostile_document() -> dict:
+    """The cnn run with attacker-controlled text in every place a user's file or code can put text."""
+    doc = golden("cnn")
+    doc["workload"].update(model_class=HOSTILE, path=f"models/{HOSTILE}.py")
+    doc["environment"]["device_name"] = HOSTILE
+    doc["command"] = ["tune-advisor", "analyze", f"{HOSTILE}.py"]
+    doc["notes"] = [HOSTILE]
+    doc["budget"]["unexplored"] = [HOSTILE]
+    failed = doc["probes"][3]
+    failed.update(status="error", error=f"ValueError: {HOSTILE}", role=HOSTILE)
+    for probe in [doc["recommended"], *(p for p in doc["probes"] if p["id"] in ("p012", "p017", "p019"))]:
+        probe["settings"]["amp"] = HOSTILE  # a setting value
+    finding = sample_findings()[0]
+    finding.update(code=HOSTILE, name=HOSTILE, severity=HOSTILE, message=HOSTILE, evidence={HOSTILE: HOSTILE},
+                   fix={"settings": {"amp": HOSTILE}, "snippet": HOSTILE}, probes=[HOSTILE])
+    doc["findings"] = [finding]
+    return doc
+
+
+def minimal_documents() -> dict[str, dict]:
+    """Runs that produced (almost) nothing: each renderer must say so, not crash."""
+    started = results.new_document(["tune-advisor", "analyze", "m.py"], {"device": "cpu"}, {"path": "m.py"})
+    failed = copy.deepcopy(started)
+    base = golden("cnn")["probes"][0]
+    base.update(status="error", error="RuntimeError: boom at m.py:12", step_time_s={"median": None, "iqr": None,
+                                                                                  "samples": []},
+                throughput={"median": None, "ci_low": None, "ci_high": None, "unit": "samples/s"})
+    failed.update(baseline=base, recommended=base, probes=[base], notes=["the baseline probe failed (error)"])
+    return {"started": started, "baseline_failed": failed, "bare": {"schema_version": 1}}
+
+
+def terminal_text(document: dict) -> str:
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    terminal.document_summary(document, console)
+    return console.file.getvalue()
+
+
+# --- real documents ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["cnn", "io_bound"])
+def test_html_report_of_a_real_run_has_every_section_and_the_verdict(name):
+    doc = golden(name)
+    page = html.render(doc)
+    for section in ("verdict", "settings", "findings", "staircase", "probes", "charts", "environment", "budget",
+                    "reproduce"):
+        assert f'<section id="{section}"' in page, section
+    assert "confirmed speedup" in page and f"{doc['speedup']['median']:.2f}x" in page
+    assert page.count("<svg") >= 3 and "<img" not in page  # charts are inline SVG
+    assert all(p["id"] in page for p in doc["probes"])
+    assert "No findings" in page
+    assert doc["command"][2] in page  # how to reproduce
+
+
+def test_html_is_self_contained_with_a_policy_that_admits_only_its_own_script():
+    page = html.render(golden())
+    # no attribute points anywhere: no src/href to a URL, no CSS url() or @import
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", page, re.I)
+    assert "url(" not in page.replace("url(#", "") and "@import" not in page
+    csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', page).group(1)
+    assert "default-src 'none'" in csp and "unsafe-inline" not in csp.split("script-src")[1].split(";")[0]
+    script = re.search(r"<script>(.*?)</script>", page, re.S).group(1)
+    digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+    assert f"'sha256-{digest}'" in csp  # the hash matches the script as inlined, so the sort works
+    assert page.count("<script") == 1
+
+
+def test_rendering_twice_gives_the_same_bytes():
+    assert html.render(golden()) == html.render(golden())
+
+
+def test_markdown_report_has_verdict_settings_and_findings():
+    text = markdown.render(with_findings())
+    assert "2.29x" in text and "```python" in text and "batch_size=64" in text
+    assert "### Findings (2)" in text and "TA401" in text and "measured 1.82x (95% CI 1.77–1.88)" in text
+    assert "*estimated* 1.19x" in text  # an estimate is labelled so
+
+
+def test_findings_are_rendered_with_evidence_fix_and_gain_in_their_order():
+    page = html.render(with_findings())
+    assert page.index("TA401") < page.index("TA301")
+    assert "saves 45.0% of step time" in page and "estimated" in page
+    assert "bf16_samples_per_s" in page and "torch.autocast(device_type=&#39;cpu&#39;" in page
+
+
+def test_terminal_summary_of_a_document_lists_top_findings_and_failures():
+    doc = with_findings()
+    doc["probes"][5].update(status="oom", error="CPU allocator: out of memory")
+    text = terminal_text(doc)
+    assert "Speedup      2.29x" in text and "Apply it" in text
+    assert "TA401 fp32-on-bf16-capable-cpu" in text and "Failed probes" in text and "out of memory" in text
+
+
+def test_write_reports_writes_both_files_atomically(tmp_path):
+    paths = write_reports(golden(), tmp_path / "new" / "folder")
+    assert [p.name for p in paths] == ["report.html", "report.md"] and all(p.stat().st_size > 1000 for p in paths)
+    assert not list(paths[0].parent.glob("*.tmp"))
+
+
+def test_compare_renders_both_runs_and_the_findings_diff(tmp_path):
+    a, b = golden("cnn"), with_findings()
+    b["findings"] = b["findings"][:1]
+    page = html.render_compare(a, b, ("before.json", "after.json"))
+    assert "before.json" in page and "after.json" in page and "TA401" in page and "only B" in page
+    assert write_compare(a, golden("io_bound"), tmp_path).name == "compare.html"
+
+
+# --- hostile text ------------------------------------------------------------------------------------------------
+
+
+def test_hostile_text_is_escaped_in_html():
+    page = html.render(hostile_document())
+    assert "<img src=x" not in page and "</script><img" not in page
+    assert page.count("<script") == 1 and page.count("</script>") == 1
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert "{{ 7*7 }}" in page and ">49<" not in page  # values are data, never template code
+    compare = html.render_compare(hostile_document(), golden(), (HOSTILE, "b.json"))
+    assert "<img src=x" not in compare and "&lt;img src=x" in compare
+
+
+def gfm_to_html(text: str) -> str:
+    """Markdown as GitHub parses it, raw HTML passed through (markdown-it-py comes with rich)."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark", {"html": True}).enable(["table", "strikethrough"]).render(text)
+
+
+def test_hostile_text_is_escaped_in_markdown():
+    text = markdown.render(hostile_document())
+    rendered = gfm_to_html(text)
+    # WHEN GitHub turns the Markdown into HTML THEN no tag of the hostile text is live
+    assert "<img" not in rendered and "</script>" not in rendered and "<strong>y</strong>" not in rendered
+    assert "&lt;img src=x onerror=alert(1)&gt;" in rendered
+    # AND a '|' in a value adds no table cell
+    for row in re.findall(r"<tr>(.*?)</tr>", rendered, re.S):
+        assert len(re.findall(r"<t[hd]>", row)) == 3
+
+
+def test_hostile_text_reaches_the_terminal_literally():
+    text = terminal_text(hostile_document())
+    assert "<img src=x onerror=alert(1)> [/] [bold red]x" in text  # rich markup in values is shown, not applied
+
+
+# --- (almost) nothing to show ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["started", "baseline_failed", "bare"])
+def test_every_renderer_survives_a_run_with_nothing_measured(kind):
+    doc = minimal_documents()[kind]
+    page, text, term = html.render(doc), markdown.render(doc), terminal_text(doc)
+    expected = "The baseline probe failed (error): RuntimeError: boom" if kind == "baseline_failed" else \
+        "No baseline"
+    for output in (page, text, term):
+        assert expected in output.replace("\\_", "_"), output[:400]
+    assert "No findings" in page and "No findings" in text
+    assert "No staircase" in page
+    html.render_compare(doc, golden(), ("a", "b"))
+    terminal.comparison_summary(view.compare(doc, doc), Console(file=io.StringIO()))
+
+
+def test_a_document_that_round_trips_through_json_renders_the_same():
+    doc = with_findings()
+    assert html.render(json.loads(json.dumps(doc))) == html.render(doc)
+
+
+def test_charts_mark_the_oom_frontier_and_draw_gpu_data_when_present():
+    # GIVEN a run whose batch ladder ran out of memory at 128, with NVML samples on one probe
+    doc = golden("cnn")
+    oom = copy.deepcopy(doc["probes"][6])
+    oom.update(id="p020", status="oom", error="CPU allocator: out of memory",
+               settings={**oom["settings"], "batch_size": 128})
+    doc["probes"].append(oom)
+    doc["probes"][0]["gpu"] = {"util_mean": 87.0, "timeline": {"t_s": [0.0, 0.5, 1.0], "util": [80, None, 91],
+                                                               "power_w": [200.0, 250.0, 251.0]}}
+    report = view.build(doc)
+    made = {c.id: c for c in charts.charts(report)}
+    # THEN the batch chart marks the frontier, the GPU timeline is drawn and the probe table shows GPU util
+    assert "OOM from batch 128" in made["chart-batch"].svg and "128" in made["chart-batch"].caption
+    assert "chart-timeline" in made and "power_w" in made["chart-timeline"].svg
+    page = html.render(doc)
+    assert "GPU util" in page and "87%" in page and "No GPU timeline" not in page
