@@ -3,6 +3,7 @@
 import dataclasses
 
 import psutil
+import pytest
 
 from tune_advisor import api
 from tune_advisor.probe.result import Status
@@ -79,3 +80,27 @@ def test_a_probe_cut_short_by_its_time_cap_still_reports_its_steps(tmp_path):
     # THEN it is ok with its samples; the noise it could not compute is null, not a crash on writing infinity
     assert result.status is Status.OK, result.error
     assert 1 <= len(result.step_s) < 4 and result.extra["noise"] is None
+
+
+def test_probe_children_see_the_environment_of_the_moment(tmp_path, monkeypatch):
+    # GIVEN children forked from a long-lived zygote, WHEN the environment changes between probes
+    from tune_advisor.errors import WorkloadError
+
+    for mark in ("first", "second"):
+        monkeypatch.setenv("TA_TEST_MARK", mark)
+        with pytest.raises(WorkloadError) as info:
+            probe(WORKLOADS / "env_mark.py", tmp_path / mark)
+        # THEN each child saw the value set when it started
+        assert f"mark={mark}" in str(info.value)
+
+
+def test_without_the_zygote_a_probe_runs_as_a_new_process(tmp_path, monkeypatch):
+    from tune_advisor.probe import runner
+
+    def no_zygote(*args, **kwargs):
+        raise AssertionError("the zygote must not be used")
+
+    monkeypatch.setenv("TUNE_ADVISOR_NO_ZYGOTE", "1")
+    monkeypatch.setattr(runner, "Zygote", no_zygote)
+    result = probe(WORKLOADS / "tiny_mlp.py", tmp_path)
+    assert result.status is Status.OK and result.extra["child_wall_s"] > 0

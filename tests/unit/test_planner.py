@@ -253,3 +253,29 @@ def test_grid_combinations_keep_unsearched_knobs_at_their_baseline():
                       search={"batch_size": [8, 16]}, workload=MLP, device=CPU)
     combos = combinations(ctx)
     assert [c["batch_size"] for c in combos] == [8, 16] and all(c["num_workers"] == 2 for c in combos)
+
+
+def test_one_loader_worker_gaining_nothing_does_not_end_the_worker_ladder():
+    # GIVEN a loader that one worker only moves out of the training process (no gain) while more workers pay
+    def rate(s):
+        rate = 100.0 * max(1, min(s["num_workers"], 8))
+        return {"rate": rate, "wait": 1 - rate / 850}
+
+    outcome, runner = run_plan(rate, workload=MLP, search={"batch_size": [16]})
+    # THEN the ladder goes on past 1 and finds the knee
+    assert outcome.recommended.settings["num_workers"] == 8
+    assert tried(runner, "num_workers")[:4] == [0, 1, 2, 4]
+
+
+def test_a_loader_still_waiting_for_data_keeps_climbing_past_a_dip():
+    # GIVEN an I/O-bound loader where 8 workers starve the training threads of cores (a dip) and 32 pay most
+    rates = {0: (100, 0.95), 1: (100, 0.95), 2: (200, 0.9), 4: (400, 0.85), 8: (300, 0.1), 16: (600, 0.7),
+             32: (900, 0.5), 64: (900, 0.5)}
+
+    def rate(s):
+        r, wait = rates[s["num_workers"]]
+        return {"rate": r, "wait": wait}
+
+    outcome, runner = run_plan(rate, workload=MLP, search={"batch_size": [16], "amp": ["off"]})
+    # THEN the ladder does not stop at the dip while the best probe still waits for data
+    assert outcome.recommended.settings["num_workers"] == 32

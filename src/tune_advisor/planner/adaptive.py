@@ -23,6 +23,11 @@ MIN_COPY_SHARE = 0.03  # likewise for host-to-device copies and pinned memory
 MAX_VISITS = 3  # how often one knob may be (re-)explored: bounds the re-opening
 DEFAULT_MAX_BATCH = 4096
 WORKER_LADDER = (0, 1, 2, 4, 8, 16, 32, 64)  # when SEARCH does not name num_workers: I/O-bound loaders pay past cores
+# A ladder stops at the first step that gains less than MIN_GAIN, except the loader ladder while its best probe still
+# waits for data this much of the step: throughput over workers is not monotonic there (one worker only moves the
+# loading out of the training process; a middle count can starve the training threads of cores while many more
+# workers, mostly asleep on I/O, pay again), so it goes on up the ladder.
+LOADER_BOUND = 0.3
 BISECT_RESOLUTION = 8  # bisection stops when the gap is at most max(8, an eighth of the largest batch that fit)
 
 # Rough speedups of the compute part of a step, used only to order the knobs and to skip those that cannot pay
@@ -221,8 +226,9 @@ class AdaptivePlanner(Planner):
 
     def _ladder(self, name: str, current: ProbeResult, values: list) -> ProbeResult:
         """Walk `values` of `name` in order on top of `current`. Stops at a failure or the memory budget (recording
-        the frontier), or at the plateau: the first step whose median gain over the previous one is below MIN_GAIN.
-        Returns the best probe; a later value replaces an earlier one only when it beats it beyond the noise."""
+        the frontier), or at the plateau: a step whose median gain over the previous step is below MIN_GAIN (for
+        loader workers only once the best probe no longer waits for data most of the step). Returns the best probe; a later value replaces an earlier one only when it beats it beyond
+        the noise."""
         s, best, previous, previous_gain = self.session, current, current, None
         steps = []
         for i, value in enumerate(values):
@@ -245,7 +251,8 @@ class AdaptivePlanner(Planner):
             step_gain = gain(previous, result)[0]
             if beats(best, result):
                 best = result
-            if step_gain < 1 + MIN_GAIN:
+            data_bound = name == "num_workers" and (best.data_wait_frac() or 0.0) >= LOADER_BOUND
+            if step_gain < 1 + MIN_GAIN and not data_bound:
                 s.unexplored.extend(f"{name}={v}: past the throughput plateau" for v in values[i + 1:])
                 break
             if name == "num_workers" and (best.data_wait_frac() or 0.0) < MIN_DATA_WAIT:
