@@ -12,11 +12,11 @@ from tune_advisor.probe.result import ProbeResult, Status
 class FakeRunner:
     """`rate(settings)` gives samples/s, a Status for a failing configuration, or a dict with `rate` and optionally
     `wait` (share of each step spent waiting for data) and `memory` (peak bytes; default batch_size MiB).
-    Steps get ±2% seeded jitter."""
+    Steps get seeded uniform jitter of ±`jitter` (2% by default)."""
 
     def __init__(self, rate: Callable[[dict[str, Any]], float | Status | dict], steps: int = 30,
-                 wall_s: float = 5.0):
-        self.rate, self.steps, self.wall_s = rate, steps, wall_s
+                 wall_s: float = 5.0, jitter: float = 0.02):
+        self.rate, self.steps, self.wall_s, self.jitter = rate, steps, wall_s, jitter
         self.calls: list[dict[str, Any]] = []
 
     def __call__(self, probe_id: str, settings: dict[str, Any], role: str) -> ProbeResult:
@@ -28,7 +28,7 @@ class FakeRunner:
         spec = outcome if isinstance(outcome, dict) else {"rate": outcome}
         rng = np.random.default_rng(len(self.calls))
         bs = settings["batch_size"]
-        times = (bs / spec["rate"]) * (1 + rng.uniform(-0.02, 0.02, self.steps))
+        times = (bs / spec["rate"]) * (1 + rng.uniform(-self.jitter, self.jitter, self.steps))
         raw = {"step_s": list(times), "items": [float(bs)] * self.steps,
                "data_wait_s": list(times * spec.get("wait", 0.0)), "h2d_s": [0.0] * self.steps}
         return ProbeResult(probe_id, settings, Status.OK, raw=raw, role=role, wall_s=self.wall_s,

@@ -16,8 +16,8 @@ BLOCKS = WorkloadFacts(repeated_blocks="layers: 4 x Block", dataset_len=10_000)
 
 
 def run_plan(rate, workload=CNN, search=None, baseline=None, budget_s=None, memory=None, device=CPU,
-             strategy="adaptive"):
-    runner, clock = FakeRunner(rate), FakeClock()
+             strategy="adaptive", jitter=0.02):
+    runner, clock = FakeRunner(rate, jitter=jitter), FakeClock()
 
     def timed(probe_id, settings, role):
         result = runner(probe_id, settings, role)
@@ -279,3 +279,13 @@ def test_a_loader_still_waiting_for_data_keeps_climbing_past_a_dip():
     outcome, runner = run_plan(rate, workload=MLP, search={"batch_size": [16], "amp": ["off"]})
     # THEN the ladder does not stop at the dip while the best probe still waits for data
     assert outcome.recommended.settings["num_workers"] == 32
+
+
+def test_a_promising_but_inconclusive_gain_is_rechecked_before_it_is_judged():
+    # GIVEN very noisy probes (steps jitter by ±90%) and bf16 truly 15% faster
+    outcome, runner = run_plan(lambda s: 1000.0 * (1.15 if s["amp"] == "bf16" else 1.0), workload=MLP,
+                               search={"batch_size": [16]}, jitter=0.9)
+    # THEN the first comparison could not tell, so both were measured again and the pooled samples decided
+    rechecks = [p for p in outcome.probes if p.role == "recheck"]
+    assert [p.settings["amp"] for p in rechecks] == ["bf16", "off"]
+    assert outcome.recommended.settings["amp"] == "bf16"

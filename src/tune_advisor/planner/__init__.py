@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .adaptive import AdaptivePlanner
 from .grid import GridPlanner
-from .session import MIN_GAIN, Outcome, PlanContext, Session, beats, gain
+from .session import MIN_GAIN, Outcome, PlanContext, Session
 
 STRATEGIES = {"adaptive": AdaptivePlanner, "grid": GridPlanner}
 
@@ -18,5 +18,4 @@ def plan(ctx: PlanContext, session: Session, strategy: str = "adaptive") -> Outc
     return STRATEGIES[strategy](ctx, session).run()
 
 
-__all__ = ["AdaptivePlanner", "GridPlanner", "MIN_GAIN", "Outcome", "PlanContext", "STRATEGIES", "Session", "beats",
-           "gain", "plan"]
+__all__ = ["AdaptivePlanner", "GridPlanner", "MIN_GAIN", "Outcome", "PlanContext", "STRATEGIES", "Session", "plan"]

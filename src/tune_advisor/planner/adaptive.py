@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import knobs
 from ..probe.result import ProbeResult
-from .session import MIN_GAIN, PlanContext, Planner, Session, beats, describe_gain, gain
+from .session import MIN_GAIN, PlanContext, Planner, Session
 
 MIN_DATA_WAIT = 0.03  # below this share of the step spent waiting for data, more loader workers cannot pay MIN_GAIN
 MIN_COPY_SHARE = 0.03  # likewise for host-to-device copies and pinned memory
@@ -85,7 +85,7 @@ class AdaptivePlanner(Planner):
             found = self.explore(name, current)
             if found is not current:
                 self.decisions.append(f"{name}: kept {knobs.describe(found.settings, current.settings)} "
-                                      f"({describe_gain(current, found)})")
+                                      f"({s.describe_gain(current, found)})")
                 done.difference_update(INTERACTIONS.get(name, ()))
                 current = found
             else:
@@ -151,6 +151,10 @@ class AdaptivePlanner(Planner):
         if name == "channels_last":
             amp_on = current.settings["amp"] != "off"
             return through_compute(COMPUTE_SPEEDUP["channels_last_amp" if amp_on else "channels_last"])
+        if name == "batch_size" and current.settings["num_workers"] > 0:
+            # With loader workers a larger batch also amortises the per-batch hand-over from the workers, which
+            # shows up as data wait: the wait does not bound it.
+            return Prospect(COMPUTE_SPEEDUP[name])
         if name in ("batch_size", "cudnn_benchmark"):
             return through_compute(COMPUTE_SPEEDUP[name])
         if name == "pin_memory":
@@ -194,7 +198,7 @@ class AdaptivePlanner(Planner):
                 self.session.unexplored.append(f"{name}={value}: over budget")
                 continue
             result = self.session.run({**current.settings, name: value}, f"knob:{name}")
-            if self._usable(result) and beats(best, result):
+            if self._usable(result) and self.session.beats(best, result):
                 best = result
         return best
 
@@ -248,8 +252,8 @@ class AdaptivePlanner(Planner):
                     self._set_frontier(previous, value, self._failure(result), best is previous, previous_gain)
                 self.notes.append(f"{name} ladder stopped at {name}={value}: {self._failure(result)}")
                 break
-            step_gain = gain(previous, result)[0]
-            if beats(best, result):
+            step_gain = s.gain(previous, result)[0]
+            if self.session.beats(best, result):
                 best = result
             data_bound = name == "num_workers" and (best.data_wait_frac() or 0.0) >= LOADER_BOUND
             if step_gain < 1 + MIN_GAIN and not data_bound:
@@ -278,7 +282,7 @@ class AdaptivePlanner(Planner):
             result = None if predicted else self.session.run(settings, "bisect:batch_size")
             if result is not None and self._usable(result):
                 f["largest_ok"] = mid
-                if beats(best, result):
+                if self.session.beats(best, result):
                     best = result
             else:
                 f["smallest_failed"] = mid
@@ -292,7 +296,7 @@ class AdaptivePlanner(Planner):
         from there."""
         settings = {**current.settings, "checkpointing": True, "batch_size": 2 * self.frontier["largest_ok"]}
         result = self.session.run(settings, "knob:checkpointing")
-        return result if self._usable(result) and beats(current, result) else current
+        return result if self._usable(result) and self.session.beats(current, result) else current
 
     # --- memory ---------------------------------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from .. import knobs
 from ..probe.result import ProbeResult
-from .session import PlanContext, Planner, describe_gain
+from .session import PlanContext, Planner
 
 
 def combinations(ctx: PlanContext) -> list[dict[str, Any]]:
@@ -45,5 +45,5 @@ class GridPlanner(Planner):
             s.run(settings, "grid")
         winner = max((p for p in s.probes if p.ok), key=lambda p: p.throughput_median)
         self.decisions.append(f"fastest: {knobs.describe(winner.settings, ctx.baseline)} "
-                              f"({describe_gain(base, winner)})")
+                              f"({s.describe_gain(base, winner)})")
         return winner

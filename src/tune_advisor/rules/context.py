@@ -12,9 +12,7 @@ from typing import Any, Iterable
 
 from .. import knobs
 from ..analysis import stats
-
-# The planner's bar for keeping a change: its median gain is at least 3% and its ratio CI excludes 1.
-SIGNIFICANT_GAIN = 0.03
+from ..planner.session import MIN_GAIN as SIGNIFICANT_GAIN  # the planner's bar: rules judge gains the same way
 # Knobs the catalogue will gain later (SPEC §3); a document without them ran with these values.
 LATER_DEFAULTS = {"compile": "off", "matmul_precision": "highest", "persistent_workers": False,
                   "prefetch_factor": 2, "optimizer_impl": "default"}
