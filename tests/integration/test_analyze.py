@@ -6,7 +6,7 @@ import json
 from tune_advisor import api, results
 from tune_advisor.probe.result import Status
 
-from ..conftest import BAD, FAST, WORKLOADS
+from ..conftest import BAD, FAST, FIXTURES, WORKLOADS
 
 PROBE_KEYS = {"id", "settings", "status", "error", "throughput", "step_time_s", "data_wait_frac",
               "peak_memory_bytes", "loss", "gpu", "wall_s"}
@@ -105,12 +105,12 @@ def test_cli_rejects_an_unknown_strategy(cli, tmp_path):
 
 
 def test_budget_bounds_the_wall_time_and_lists_what_was_left(cli, tmp_path):
-    # GIVEN a loader-bound workload with more to explore than 30 s allow
+    # GIVEN a loader-bound workload with more to explore than 20 s allow
     out = tmp_path / "out"
-    result = cli("analyze", WORKLOADS / "tiny_io.py", "-o", out, "--device", "cpu", "--budget", "30s",
+    result = cli("analyze", FIXTURES / "io_bound.py", "-o", out, "--device", "cpu", "--budget", "20s",
                  "--min-time", "0.3", "--min-steps", "5", "--warmup", "1", "--quiet")
     assert result.exit_code == 0, result.output
     budget = results.read(out / "results.json")["budget"]
     # THEN the whole analysis stays within 10% of the budget and says what it did not get to
-    assert budget["used_s"] <= 33
+    assert budget["used_s"] <= 22
     assert any("over budget" in u for u in budget["unexplored"])

@@ -38,3 +38,16 @@ def test_wave_noise_ignores_the_bimodal_pattern_of_loader_waves():
     assert stats.relative_iqr(steps) > 1  # per-step noise looks enormous
     assert stats.wave_noise(steps, 4) == pytest.approx(0.0)  # but every wave takes the same time
     assert stats.wave_noise(steps[:12], 4) == float("inf")  # fewer than 4 waves: not enough to judge
+
+
+def test_bootstrap_blocks_keep_loader_waves_whole():
+    # GIVEN 8 loader workers: every 8th step waits 40 ms for the next wave of batches, the others take 1 ms
+    times = [0.040 if i % 8 == 0 else 0.001 for i in range(64)]
+    items = [32.0] * 64
+    # WHEN the CI is computed with blocks of whole waves, and naively
+    median, low, high = stats.throughput_ci(items, times, wave=8)
+    _, naive_low, naive_high = stats.throughput_ci(items, times)
+    # THEN the steady rate is pinned down, while mixing waves makes the interval several times wider
+    assert median == pytest.approx(32 * 8 / 0.047, rel=0.02)
+    assert (high - low) / median < 0.1
+    assert (naive_high - naive_low) > 3 * (high - low)

@@ -42,14 +42,16 @@ def wave_noise(step_times: Sequence[float], wave: int) -> float:
     return relative_iqr(sums)
 
 
-def _block_resample_sums(items: np.ndarray, times: np.ndarray, rng: np.random.Generator, n_boot: int):
+def _block_resample_sums(items: np.ndarray, times: np.ndarray, rng: np.random.Generator, n_boot: int,
+                         wave: int = 1):
     """Moving-block bootstrap sums of items and times.
 
-    Steps are not independent: a loader with k workers delivers batches in waves, so a slow step is followed by
-    fast ones. Resampling blocks of ~sqrt(n) consecutive steps keeps that structure inside each block.
+    Steps are not independent: a loader with k workers delivers batches in waves of k, so a slow step is followed
+    by fast ones. Resampling blocks of consecutive steps — ~sqrt(n), and at least two waves — keeps that
+    structure inside each block; shorter blocks would mix waves and make the interval too wide or too narrow.
     """
     n = len(times)
-    block = max(1, int(round(np.sqrt(n))))
+    block = min(n, max(1, int(round(np.sqrt(n))), 2 * max(1, wave)))
     n_blocks = -(-n // block)
     starts = rng.integers(0, n, size=(n_boot, n_blocks))
     index = (starts[:, :, None] + np.arange(block)) % n  # circular blocks
@@ -58,19 +60,21 @@ def _block_resample_sums(items: np.ndarray, times: np.ndarray, rng: np.random.Ge
 
 
 def throughput_distribution(items: Sequence[float], times: Sequence[float], seed: int = 0,
-                            n_boot: int = BOOTSTRAP_RESAMPLES) -> np.ndarray:
-    """Bootstrap distribution of items/s over the measured window (total items / total time)."""
+                            n_boot: int = BOOTSTRAP_RESAMPLES, wave: int = 1) -> np.ndarray:
+    """Bootstrap distribution of items/s over the measured window (total items / total time); `wave` is the
+    loader's worker count (steps per wave of batches)."""
     items_a, times_a = np.asarray(items, dtype=float), np.asarray(times, dtype=float)
     if len(times_a) == 0 or times_a.sum() <= 0:
         return np.array([])
     rng = np.random.default_rng(seed)
-    item_sums, time_sums = _block_resample_sums(items_a, times_a, rng, n_boot)
+    item_sums, time_sums = _block_resample_sums(items_a, times_a, rng, n_boot, wave)
     return item_sums / time_sums
 
 
-def throughput_ci(items: Sequence[float], times: Sequence[float], seed: int = 0, level: float = 0.95):
+def throughput_ci(items: Sequence[float], times: Sequence[float], seed: int = 0, level: float = 0.95,
+                  wave: int = 1):
     """(median, ci_low, ci_high) of the window throughput in items/s; NaNs when there are no samples."""
-    dist = throughput_distribution(items, times, seed)
+    dist = throughput_distribution(items, times, seed, wave=wave)
     if dist.size == 0:
         return float("nan"), float("nan"), float("nan")
     tail = (1 - level) / 2 * 100
@@ -79,10 +83,10 @@ def throughput_ci(items: Sequence[float], times: Sequence[float], seed: int = 0,
 
 
 def ratio_ci(a_items: Sequence[float], a_times: Sequence[float], b_items: Sequence[float],
-             b_times: Sequence[float], seed: int = 0, level: float = 0.95):
+             b_times: Sequence[float], seed: int = 0, level: float = 0.95, waves: tuple[int, int] = (1, 1)):
     """(median, ci_low, ci_high) of throughput(B) / throughput(A), resampling both runs independently."""
-    a = throughput_distribution(a_items, a_times, seed)
-    b = throughput_distribution(b_items, b_times, seed + 1)
+    a = throughput_distribution(a_items, a_times, seed, wave=waves[0])
+    b = throughput_distribution(b_items, b_times, seed + 1, wave=waves[1])
     if a.size == 0 or b.size == 0:
         return float("nan"), float("nan"), float("nan")
     ratio = b / a

@@ -113,7 +113,8 @@ class Session:
         either failed."""
         if not (reference.ok and candidate.ok):
             return float("nan"), float("nan"), float("nan")
-        return stats.ratio_ci(*self.samples(reference.settings), *self.samples(candidate.settings), seed=0)
+        return stats.ratio_ci(*self.samples(reference.settings), *self.samples(candidate.settings), seed=0,
+                              waves=(reference.wave, candidate.wave))
 
     def beats(self, reference: ProbeResult, candidate: ProbeResult) -> bool:
         """A gain larger than the noise: at least MIN_GAIN, and the ratio's 95% CI excludes 1.
@@ -162,7 +163,7 @@ def confirm(session: Session, base: ProbeResult, winner: ProbeResult,
                      "keeping the baseline")
         return base, None
     pooled = [[x for r in runs for x in getattr(r, attr)] for runs in (a_runs, b_runs) for attr in ("items", "step_s")]
-    median, low, high = stats.ratio_ci(*pooled)
+    median, low, high = stats.ratio_ci(*pooled, waves=(base.wave, winner.wave))
     speedup = {"median": median, "ci_low": low, "ci_high": high,
                "method": f"baseline and recommended re-measured interleaved, {CONFIRM_ROUNDS} rounds",
                "probes": [r.id for pair in zip(a_runs, b_runs) for r in pair]}

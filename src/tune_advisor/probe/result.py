@@ -42,6 +42,11 @@ class ProbeResult:
         return self.status is Status.OK
 
     @property
+    def wave(self) -> int:
+        """Steps per wave of batches from the loader: its worker count (see analysis.stats)."""
+        return max(1, int(self.settings.get("num_workers") or 0))
+
+    @property
     def step_s(self) -> list[float]:
         return self.raw.get("step_s", [])
 
@@ -50,7 +55,7 @@ class ProbeResult:
         return self.raw.get("items", [])
 
     def throughput(self) -> tuple[float, float, float]:
-        return stats.throughput_ci(self.items, self.step_s, seed=self.seed)
+        return stats.throughput_ci(self.items, self.step_s, seed=self.seed, wave=self.wave)
 
     @property
     def throughput_median(self) -> float:

@@ -67,7 +67,13 @@ class Config:
     @cached_property
     def throughput(self) -> float:
         """Median items/s over the pooled window (NaN without samples)."""
-        return stats.throughput_ci(self.items, self.step_s)[0] if len(self.items) == len(self.step_s) else math.nan
+        if len(self.items) != len(self.step_s):
+            return math.nan
+        return stats.throughput_ci(self.items, self.step_s, wave=self.wave)[0]
+
+    @property
+    def wave(self) -> int:
+        return max(1, int(self.settings.get("num_workers") or 0))
 
     def share(self, key: str) -> float | None:
         """Share of step time spent in `key` (data_wait_s, h2d_s), pooled over the probes."""
@@ -207,7 +213,7 @@ class Context:
         """Throughput ratio b/a with the bootstrap CI of `analysis.stats.ratio_ci` over the raw samples."""
         key = (tuple(a.ids), tuple(b.ids))
         if key not in self._gains:
-            median, low, high = stats.ratio_ci(a.items, a.step_s, b.items, b.step_s)
+            median, low, high = stats.ratio_ci(a.items, a.step_s, b.items, b.step_s, waves=(a.wave, b.wave))
             self._gains[key] = Gain(num(median), num(low), num(high), measured=True, probes=a.ids + b.ids,
                                     basis=f"measured: {_ids(a)} -> {_ids(b)}, ratio of throughputs, 95% bootstrap CI")
         return self._gains[key]
