@@ -27,9 +27,15 @@ def command(
             raise UsageError(f"no rule {code!r}; valid codes: {', '.join(sorted(rules_mod.RULES))}")
         out.print(Markdown(docs.page(found).split("\n", 1)[1]))  # without the "generated" comment
         return
+    # On a narrow terminal the description wraps and the family (implied by the code's hundreds) is left out.
+    wide = out.width >= 140
     table = Table(title_justify="left")
-    for column in ("code", "name", "family", "severity", "finds"):
-        table.add_column(column, no_wrap=column != "finds")
+    table.add_column("code", no_wrap=True, min_width=5)
+    table.add_column("name", no_wrap=True)
+    if wide:
+        table.add_column("family", no_wrap=True)
+    table.add_column("severity", no_wrap=True)
+    table.add_column("finds", ratio=1, min_width=20)
     for r in rules_mod.chosen(select, ignore):
-        table.add_row(r.code, r.name, r.family, r.severity, r.summary)
+        table.add_row(r.code, r.name, *([r.family] if wide else []), r.severity, r.summary)
     out.print(table)

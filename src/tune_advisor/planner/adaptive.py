@@ -26,7 +26,7 @@ WORKER_LADDER = (0, 1, 2, 4, 8, 16, 32, 64)  # when SEARCH does not name num_wor
 # A ladder stops at the first step that gains less than MIN_GAIN, except the loader ladder while its best probe still
 # waits for data this much of the step: throughput over workers is not monotonic there (one worker only moves the
 # loading out of the training process; a middle count can starve the training threads of cores while many more
-# workers, mostly asleep on I/O, pay again), so it goes on up the ladder.
+# workers, mostly asleep on I/O, pay again), so it stops only after two steps in a row that do not beat the best.
 LOADER_BOUND = 0.3
 BISECT_RESOLUTION = 8  # bisection stops when the gap is at most max(8, an eighth of the largest batch that fit)
 
@@ -230,10 +230,11 @@ class AdaptivePlanner(Planner):
 
     def _ladder(self, name: str, current: ProbeResult, values: list) -> ProbeResult:
         """Walk `values` of `name` in order on top of `current`. Stops at a failure or the memory budget (recording
-        the frontier), or at the plateau: a step whose median gain over the previous step is below MIN_GAIN (for
-        loader workers only once the best probe no longer waits for data most of the step). Returns the best probe; a later value replaces an earlier one only when it beats it beyond
+        the frontier), or at the plateau: a step whose median gain over the previous step is below MIN_GAIN; for
+        loader workers while the best probe still waits for data most of the step, two steps in a row that do
+        not beat the best. Returns the best probe; a later value replaces an earlier one only when it beats it beyond
         the noise."""
-        s, best, previous, previous_gain = self.session, current, current, None
+        s, best, previous, previous_gain, stale = self.session, current, current, None, 0
         steps = []
         for i, value in enumerate(values):
             settings = {**current.settings, name: value}
@@ -254,9 +255,14 @@ class AdaptivePlanner(Planner):
                 break
             step_gain = s.gain(previous, result)[0]
             if self.session.beats(best, result):
-                best = result
-            data_bound = name == "num_workers" and (best.data_wait_frac() or 0.0) >= LOADER_BOUND
-            if step_gain < 1 + MIN_GAIN and not data_bound:
+                best, stale = result, 0
+            else:
+                stale += 1
+            if name == "num_workers" and (best.data_wait_frac() or 0.0) >= LOADER_BOUND:
+                stop = stale >= 2  # still loader-bound: one dip is not the end (see LOADER_BOUND)
+            else:
+                stop = step_gain < 1 + MIN_GAIN
+            if stop:
                 s.unexplored.extend(f"{name}={v}: past the throughput plateau" for v in values[i + 1:])
                 break
             if name == "num_workers" and (best.data_wait_frac() or 0.0) < MIN_DATA_WAIT:

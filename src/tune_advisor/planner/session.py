@@ -15,6 +15,7 @@ from ..analysis import stats
 from ..probe.result import ProbeResult, Status
 
 MIN_GAIN = 0.03  # a change must beat its reference by 3% (and its ratio CI must exclude 1) to be kept
+RECHECK_GAIN = 0.10  # an inconclusive gain at least this large is measured again before it is judged
 CONFIRM_ROUNDS = 2  # baseline and winner re-measured A B A B
 CONFIRM_RESERVE = 2 * CONFIRM_ROUNDS  # probes kept back from the budget for the confirmation
 
@@ -119,12 +120,12 @@ class Session:
     def beats(self, reference: ProbeResult, candidate: ProbeResult) -> bool:
         """A gain larger than the noise: at least MIN_GAIN, and the ratio's 95% CI excludes 1.
 
-        A promising but inconclusive gain (median past MIN_GAIN, CI reaching 1) earns one re-check: both are
+        A promising but inconclusive gain (median past RECHECK_GAIN, CI reaching 1) earns one re-check: both are
         measured once more, back to back, and the pooled samples decide. Loader-bound probes in particular are
-        bursty, and one short probe can hide a real gain."""
+        bursty, and one short probe can hide a real gain; smaller gains are not worth two more probes."""
         median, low, _ = self.gain(reference, candidate)
         pair = (_key(reference.settings), _key(candidate.settings))
-        if median >= 1 + MIN_GAIN and low <= 1.0 and pair not in self._rechecked and self.affordable(2):
+        if median >= 1 + RECHECK_GAIN and low <= 1.0 and pair not in self._rechecked and self.affordable(2):
             self._rechecked.add(pair)
             self.run(candidate.settings, "recheck", reuse=False)
             self.run(reference.settings, "recheck", reuse=False)
