@@ -289,3 +289,16 @@ def test_a_promising_but_inconclusive_gain_is_rechecked_before_it_is_judged():
     rechecks = [p for p in outcome.probes if p.role == "recheck"]
     assert [p.settings["amp"] for p in rechecks] == ["bf16", "off"]
     assert outcome.recommended.settings["amp"] == "bf16"
+
+
+def test_amp_that_does_not_pay_at_a_tiny_batch_is_tried_again_at_the_larger_one():
+    # GIVEN per-step overhead that hides bf16 at batch 4 while bf16 pays 1.6x once the batch is large
+    def rate(s):
+        bs, bf16 = s["batch_size"], s["amp"] == "bf16"
+        step = 0.04 + bs * 1e-4 / (1.6 if bf16 else 1.0)  # fixed overhead + compute per sample
+        return bs / step
+
+    outcome, runner = run_plan(rate, workload=MLP, baseline={"batch_size": 4},
+                               search={"batch_size": [4, 64, 1024]})
+    # THEN bf16 is kept on top of the larger batch
+    assert outcome.recommended.settings["batch_size"] == 1024 and outcome.recommended.settings["amp"] == "bf16"
