@@ -1,6 +1,9 @@
 """Each probe status from a real child process, with the cause a user needs."""
 
 import dataclasses
+import subprocess
+import sys
+import time
 
 import psutil
 import pytest
@@ -104,3 +107,35 @@ def test_without_the_zygote_a_probe_runs_as_a_new_process(tmp_path, monkeypatch)
     monkeypatch.setattr(runner, "Zygote", no_zygote)
     result = probe(WORKLOADS / "tiny_mlp.py", tmp_path)
     assert result.status is Status.OK and result.extra["child_wall_s"] > 0
+
+
+def test_a_killed_analysis_leaves_no_probe_running(tmp_path):
+    # GIVEN a process running a probe that will hang (its loader workers block forever)
+    script = (f"from tune_advisor import api; api.probe({str(BAD / 'worker_hang.py')!r}, {{'num_workers': 2}}, "
+              f"device='cpu', probe_timeout='120s', workdir={str(tmp_path)!r})")
+    parent = subprocess.Popen([sys.executable, "-c", script])
+    log = tmp_path / "probe.log"
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "probe.result.json.phase").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert (tmp_path / "probe.result.json.phase").exists(), "the probe never started"
+
+    def holding_the_log():
+        found = []
+        for p in psutil.process_iter():
+            try:
+                if any(f.path == str(log) for f in p.open_files()):
+                    found.append(p.pid)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        return found
+
+    assert holding_the_log()  # the probe child and its workers
+    # WHEN that process is killed outright (no chance to clean up)
+    parent.kill()
+    parent.wait()
+    # THEN the probe and its loader workers go too
+    deadline = time.monotonic() + 10
+    while holding_the_log() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not holding_the_log()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import faulthandler
 import json
 import os
+import select
 import signal
 import sys
 
@@ -26,17 +27,46 @@ PRELOAD = ("torch", "torch._dynamo", "torch.optim", "torch.utils.data", "numpy",
            "tune_advisor.probe.apply")
 
 
-def serve(requests, replies) -> None:
-    for line in requests:
+def serve(requests: int, replies) -> None:
+    """Fork a child per request line read from the fd `requests`; report its pid, then its exit code."""
+    pending = b""
+    while True:
+        while b"\n" not in pending:
+            chunk = os.read(requests, 65536)
+            if not chunk:
+                return  # the parent is gone
+            pending += chunk
+        line, pending = pending.split(b"\n", 1)
         request = json.loads(line)
         pid = os.fork()
         if pid == 0:
             _child(request)  # never returns
         replies.write(json.dumps({"pid": pid}) + "\n")
         replies.flush()
-        _, status = os.waitpid(pid, 0)
+        status = _wait(pid, requests)
         replies.write(json.dumps({"pid": pid, "exitcode": os.waitstatus_to_exitcode(status)}) + "\n")
         replies.flush()
+
+
+def _wait(pid: int, requests: int) -> int:
+    """Wait for the child; if the parent dies meanwhile (its request pipe closes), kill the child's process group
+    and exit: a probe nobody will time out must not run on."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # not Linux >= 5.3: the parent's own kill is the only guard
+        return os.waitpid(pid, 0)[1]
+    with os.fdopen(pidfd, "rb", buffering=0):
+        while True:
+            ready, _, _ = select.select([pidfd, requests], [], [])
+            if pidfd in ready:
+                return os.waitpid(pid, 0)[1]
+            if not os.read(requests, 1):  # the parent sends nothing while a probe runs: this is its exit
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                os.waitpid(pid, 0)
+                os._exit(0)
 
 
 def _child(request: dict) -> None:
@@ -79,7 +109,7 @@ def main() -> None:
     replies = os.fdopen(os.dup(1), "w")
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # nothing else may write into the reply channel
     print(json.dumps({"ready": True}), file=replies, flush=True)
-    serve(sys.stdin, replies)
+    serve(sys.stdin.fileno(), replies)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,60 @@
+"""Regenerate the example reports: `tune-advisor analyze` on each fixtures/*.py into reports/<fixture>/.
+
+    python reports/generate.py                      # every fixture, 5 minutes each
+    python reports/generate.py --budget 2m cnn      # one fixture, a smaller budget
+
+Each run writes results.json; the reports are then re-rendered from it with `tune-advisor report`, so the folder
+always holds report.html and report.md of the current renderers. Probes are timed: run this on an idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "fixtures"  # fixtures/bad/ holds broken workloads: not examples
+REPORTS = ROOT / "reports"
+
+
+def fixtures() -> list[str]:
+    return sorted(p.stem for p in FIXTURES.glob("*.py"))
+
+
+def tune_advisor(*args: str) -> int:
+    command = [sys.executable, "-m", "tune_advisor", *args]
+    print("$ tune-advisor", " ".join(args), flush=True)
+    return subprocess.run(command, cwd=ROOT).returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", metavar="FIXTURE", help=f"fixtures to run (default: all of {fixtures()})")
+    parser.add_argument("--budget", default="5m", help="wall-time budget of each analysis (default: 5m)")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.names) - set(fixtures()))
+    if unknown:
+        parser.error(f"unknown fixture(s) {', '.join(unknown)}; choose from {', '.join(fixtures())}")
+    failed = []
+    for name in args.names or fixtures():
+        out = REPORTS / name
+        started = time.monotonic()
+        # Paths relative to the repository, so the committed results.json records a command anyone can re-run.
+        code = tune_advisor("analyze", f"fixtures/{name}.py", "-o", f"reports/{name}", "--budget", args.budget,
+                            "--device", args.device, "--quiet")
+        if (out / "results.json").exists():  # also after a failed or interrupted run: its partial results
+            code = tune_advisor("report", f"reports/{name}/results.json", "--quiet") or code
+        print(f"{name}: exit {code} in {time.monotonic() - started:.0f} s", flush=True)
+        if code:
+            failed.append(name)
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""Measuring for the gate: which settings, several rounds of probes, and the workload as it was at a git ref."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import tarfile
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from .. import api, knobs, results
+from ..errors import UsageError
+from ..probe.result import ProbeResult
+from ..probe.runner import run_probe
+from ..probe.spec import ProbeSpec, Protocol
+
+OnProbe = Callable[[str, int, int], None]  # (side, round number, rounds)
+
+
+def resolve_settings(spec: Sequence[str] | None, info: api.Inspection, *, from_results: Path | None = None,
+                     recorded: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Every knob's value for `--settings`.
+
+    Nothing given: the settings recorded in the baseline file (compare like with like), else the file's BASELINE.
+    `baseline`: the file's BASELINE. `recommended`: the recommended settings of `--from-results`.
+    KNOB=VALUE pairs (repeatable, or comma-separated): over the file's BASELINE.
+    """
+    words = [w.strip() for item in (spec or []) for w in str(item).split(",") if w.strip()]
+    if not words:
+        return knobs.full_settings(recorded) if recorded else dict(info.baseline)
+    if words == ["baseline"]:
+        return dict(info.baseline)
+    if words == ["recommended"]:
+        if from_results is None:
+            raise UsageError("--settings recommended reads the recommendation of an analysis: add "
+                             "--from-results tune-advisor-report/<name>/results.json")
+        document = results.read(from_results)
+        recommended = (document.get("recommended") or {}).get("settings")
+        if not recommended:
+            raise UsageError(f"{from_results}: has no recommended settings (the analysis did not finish); "
+                             f"run tune-advisor analyze again")
+        try:
+            return knobs.full_settings(knobs.validate_settings(recommended))
+        except ValueError as exc:
+            raise UsageError(f"{from_results}: recommended settings: {exc}") from None
+    pairs = {}
+    for word in words:
+        name, sep, value = word.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"--settings {word!r}: expected recommended, baseline, or KNOB=VALUE pairs "
+                             f"(e.g. --settings batch_size=64,amp=bf16)")
+        pairs[name.strip()] = value.strip()
+    try:
+        return {**info.baseline, **knobs.validate_settings(pairs)}
+    except ValueError as exc:
+        raise UsageError(f"--settings: {exc}") from None
+
+
+def check_applicable(settings: dict[str, Any], info: api.Inspection, device: str) -> None:
+    facts = api.device_facts(device)
+    for name, value in settings.items():
+        if value == knobs.KNOBS[name].default:
+            continue
+        reason = knobs.not_applicable(name, value, info.facts, facts)
+        if reason:
+            raise UsageError(f"settings {name}={value}: {reason}")
+
+
+def measure(sides: dict[str, tuple[api.Inspection, dict[str, Any]]], rounds: int, *, device: str,
+            protocol: Protocol, timeout_s: float, workdir: Path, seed: int = 0,
+            on_probe: OnProbe | None = None) -> dict[str, list[ProbeResult]]:
+    """`rounds` probes of each side; with two sides, interleaved in the same job: A B, B A, A B, ...
+
+    Alternating which side goes first cancels a linear drift within each pair of pairs, not only between rounds.
+    """
+    names = list(sides)
+    measured: dict[str, list[ProbeResult]] = {name: [] for name in names}
+    for i in range(rounds):
+        order = names if i % 2 == 0 else names[::-1]
+        for name in order:
+            info, settings = sides[name]
+            if on_probe:
+                on_probe(name, i + 1, rounds)
+            spec = ProbeSpec(id=f"{name}-{i + 1}", workload=str(info.path), settings=settings, device=device,
+                             protocol=protocol, timeout_s=timeout_s, seed=seed)
+            measured[name].append(run_probe(spec, workdir, role=f"gate:{name}"))
+    return measured
+
+
+def workload_at_ref(path: Path, ref: str, dest: Path) -> Path:
+    """Extract the workload's folder as it was at git `ref` into `dest`; return the workload file's path there.
+
+    `git archive` reads the object store only: the user's checkout, index and worktree list stay untouched.
+    The whole folder comes along so sibling modules the workload imports match the ref too.
+    """
+    path = Path(path)
+    folder = path.resolve().parent
+
+    def git(*args: str, binary: bool = False):
+        try:
+            return subprocess.run(["git", "-C", str(folder), *args], capture_output=True, check=False,
+                                  text=not binary, timeout=120)
+        except FileNotFoundError:
+            raise UsageError("--against needs git, and git is not installed here") from None
+
+    top = git("rev-parse", "--show-prefix")
+    if top.returncode != 0:
+        raise UsageError(f"--against {ref}: {path} is not inside a git repository")
+    prefix = top.stdout.strip()  # the folder relative to the repository root, with a trailing '/'
+    if git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").returncode != 0:
+        raise UsageError(f"--against {ref}: no such commit, branch or tag in this repository. In GitHub Actions, "
+                         f"fetch it first (actions/checkout with fetch-depth: 0, or git fetch origin {ref})")
+    inside = f"{prefix}{path.name}"
+    if git("cat-file", "-e", f"{ref}:{inside}").returncode != 0:
+        raise UsageError(f"--against {ref}: {inside} does not exist at {ref}; gate against a ref that has the "
+                         f"workload file, or record a baseline instead")
+    archive = git("archive", "--format=tar", ref, "--", prefix or ".", binary=True)
+    if archive.returncode != 0:
+        raise UsageError(f"--against {ref}: git archive failed: {archive.stderr.decode(errors='replace').strip()}")
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        try:
+            tar.extractall(dest, filter="data")  # refuses absolute paths and links out of dest
+        except TypeError:  # pragma: no cover - Python without extraction filters
+            tar.extractall(dest)
+    return dest / inside
