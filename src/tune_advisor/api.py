@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import environment, knobs, results, rules
+from .collectors import designate, flops
 from . import workload as workload_mod
 from .errors import UsageError, WorkloadError
 from .planner import STRATEGIES, PlanContext, Session, plan
@@ -132,7 +133,7 @@ def analyze(path: str | Path, *, out: str | Path | None = None, device: str = "a
             budget: str | float | None = DEFAULT_BUDGET_S, probe_timeout: str | float = DEFAULT_PROBE_TIMEOUT_S,
             max_memory: str | int | None = None, protocol: Protocol | None = None, seed: int = 0,
             strategy: str = "adaptive", select: list[str] | None = None, ignore: list[str] | None = None,
-            command: list[str] | None = None,
+            profile: bool = True, command: list[str] | None = None,
             on_probe: Callable[[ProbeResult, Session], None] | None = None,
             on_start: Callable[[Inspection, Session], None] | None = None,
             on_probe_start: Callable[[str, dict, str], None] | None = None) -> AnalysisResult:
@@ -158,6 +159,10 @@ def analyze(path: str | Path, *, out: str | Path | None = None, device: str = "a
         "path": str(path), "model_class": info.facts.model_class, "parameters": info.facts.parameters,
         "facts": vars(info.facts), "item_name": info.item_name, "search": info.search})
     document["budget"].update(limit_s=budget_s, memory_budget_bytes=memory_budget)
+    # The roofline for MFU: measured once per machine and cached; children only read the cache.
+    peaks, peaks_status = flops.ensure_peaks(device)
+    document["environment"]["peaks"] = {"status": peaks_status, "flops_per_s": peaks}
+    profiled = designate.ProfilePolicy(enabled=profile)  # the baseline and the recommended settings
     results_path = out_dir / "results.json"
     results.write_atomic(results_path, document)
 
@@ -165,7 +170,7 @@ def analyze(path: str | Path, *, out: str | Path | None = None, device: str = "a
         if on_probe_start:
             on_probe_start(probe_id, settings, role)
         spec = ProbeSpec(id=probe_id, workload=str(info.path), settings=settings, device=device,
-                         protocol=protocol, timeout_s=timeout_s, seed=seed)
+                         protocol=protocol, timeout_s=timeout_s, seed=seed, profile=profiled(role))
         return run_probe(spec, out_dir / "probes", role=role)
 
     def record(result: ProbeResult) -> None:

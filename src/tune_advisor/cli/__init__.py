@@ -7,7 +7,7 @@ import sys
 import typer
 
 from ..errors import UsageError
-from . import analyze, config, probe
+from . import analyze, baseline, compare, config, env, gate, probe, report, rules
 from ._common import err, state
 
 app = typer.Typer(
@@ -29,6 +29,12 @@ def _root(ctx: typer.Context,
 
 app.command("analyze", help=analyze.__doc__)(analyze.command)
 app.command("probe", help=probe.__doc__)(probe.command)
+app.command("env", help=env.__doc__)(env.command)
+app.command("rules", help=rules.__doc__)(rules.command)
+app.command("report", help=report.__doc__)(report.command)
+app.command("compare", help=compare.__doc__)(compare.command)
+app.command("gate", help=gate.__doc__)(gate.command)
+app.command("baseline", help=baseline.__doc__)(baseline.command)
 
 
 def main() -> None:

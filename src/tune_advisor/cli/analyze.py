@@ -34,6 +34,9 @@ def command(
     select: Optional[list[str]] = typer.Option(None, help="Only rules whose code starts with this (e.g. TA1); "
                                                           "repeatable."),
     ignore: Optional[list[str]] = typer.Option(None, help="Skip rules whose code starts with this; repeatable."),
+    profile: bool = typer.Option(True, "--profile/--no-profile",
+                                 help="Run torch.profiler after the timed steps of the baseline and the recommended "
+                                      "probes (top operators, step breakdown, a Perfetto trace)."),
     json_out: bool = typer.Option(False, "--json", help="Print results.json to stdout when done."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors (and --json output)."),
 ) -> None:
@@ -66,7 +69,7 @@ def command(
     try:
         result = api.analyze(file, out=out, device=device, budget=budget, probe_timeout=probe_timeout,
                              max_memory=max_memory, protocol=protocol, seed=seed, strategy=strategy,
-                             select=select, ignore=ignore, command=command_line(),
+                             select=select, ignore=ignore, profile=profile, command=command_line(),
                              on_start=on_start, on_probe=on_probe, on_probe_start=on_probe_start)
     finally:
         if status is not None:

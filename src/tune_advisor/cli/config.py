@@ -19,6 +19,8 @@ CONFIGURABLE = {
     "max_memory": ("analyze",), "min_time": ("analyze", "probe"), "min_steps": ("analyze", "probe"),
     "warmup": ("analyze", "probe"), "seed": ("analyze",), "out": ("analyze",), "strategy": ("analyze",),
     "select": ("analyze", "rules", "report"), "ignore": ("analyze", "rules", "report"),
+    # The CI gate: its checks, its baseline file, and rounds for both sides of the comparison.
+    "check": ("gate",), "baseline": ("gate",), "rounds": ("gate", "baseline"),
 }
 
 

@@ -25,12 +25,40 @@ def command(
     warmup: int = typer.Option(3, help="Warm-up steps excluded from the timing."),
     json_out: bool = typer.Option(False, "--json", help="Print the PROBE object of results.json to stdout."),
     workdir: Optional[Path] = typer.Option(None, help="Keep the probe's spec, result and log here."),
+    profile: bool = typer.Option(False, "--profile", help="Run torch.profiler on a few extra steps after the "
+                                                          "measured ones; the trace is kept with --workdir."),
 ) -> None:
     """Measure one configuration of a workload and print its numbers."""
     protocol = Protocol(warmup_steps=warmup, min_steps=min_steps, min_time_s=min_time)
     _, result = api.probe(file, parse_sets(set_), device=device, probe_timeout=probe_timeout, protocol=protocol,
-                          workdir=workdir)
+                          workdir=workdir, profile=profile)
     if json_out:
         print(json.dumps(result.to_dict(), indent=1))
     else:
         probe_table(result, out)
+        collector_lines(result.extra, workdir)
+
+
+def collector_lines(extra: dict, workdir: Optional[Path]) -> None:
+    """A few lines on what the collectors found: MFU, the profile's breakdown and top operators."""
+    flops = extra.get("flops") or {}
+    if flops.get("per_step"):
+        line = f"FLOPs: {flops['per_step'] / 1e9:.3g} GFLOP/step, {flops['achieved_flops_per_s'] / 1e12:.3g} TFLOP/s"
+        if flops.get("mfu") is not None:
+            line += (f", {flops['mfu']:.1%} of the measured {flops['peak_dtype']} peak "
+                     f"({flops['peak_flops_per_s'] / 1e12:.3g} TFLOP/s)")
+        out.print(line, highlight=False)
+    profile = extra.get("profile")
+    if not profile:
+        return
+    shares = ", ".join(f"{k.replace('_', ' ')} {v:.0%}" for k, v in profile["breakdown_frac"].items() if v)
+    out.print(f"profiled step ({profile['steps']} steps after the measured ones): {shares}", highlight=False)
+    top = ", ".join(f"{op['name']} {op['self_s_per_step'] * 1e3:.2f} ms" for op in profile["top_ops_host"][:5])
+    out.print(f"top host ops (self time per step): {top}", highlight=False)
+    trace = profile.get("trace") or {}
+    if trace.get("file") and workdir is not None:
+        out.print(f"trace: {workdir / trace['file']} (open in https://ui.perfetto.dev)", highlight=False)
+    elif trace.get("note"):
+        out.print(f"trace: {trace['note']}", highlight=False)
+    else:
+        out.print("trace: not kept (pass --workdir to keep it)", highlight=False)

@@ -42,6 +42,10 @@ class Phase:
             pass  # a phase note is a courtesy; it must never fail the probe
 
 
+PREFETCH_FACTOR = 2  # torch's DataLoader default, which the loader here keeps
+MIN_WAVES_AT_CAP = 25  # the measured-step cap is at least this many loader waves
+
+
 def main(argv: list[str]) -> int:
     spec = ProbeSpec.from_json(Path(argv[0]).read_text())
     result_path = Path(argv[1])
@@ -49,7 +53,7 @@ def main(argv: list[str]) -> int:
     if spec.mode == "inspect":
         result = inspect_workload(spec, phase)
     else:
-        result = run_probe(spec, phase)
+        result = run_probe(spec, phase, workdir=result_path.parent)
     write_json_atomic(result_path, result)
     return 0
 
@@ -179,14 +183,14 @@ def _safe_len(dataset) -> int | None:
 # --- probe ------------------------------------------------------------------------------------------------------
 
 
-def run_probe(spec: ProbeSpec, phase: Phase) -> dict[str, Any]:
-    """Measure one configuration; never raises (a failure is a status)."""
+def run_probe(spec: ProbeSpec, phase: Phase, workdir: Path | None = None) -> dict[str, Any]:
+    """Measure one configuration; never raises (a failure is a status). A profiler trace goes to `workdir`."""
     started = time.perf_counter()
     raw: dict[str, list] = {"step_s": [], "data_wait_s": [], "h2d_s": [], "items": [], "loss": []}
     out: dict[str, Any] = {"status": Status.OK.value, "error": None, "raw": raw, "applied": {}, "extra": {}}
     path = Path(spec.workload)
     try:
-        _measure(spec, phase, out)
+        _measure(spec, phase, out, workdir)
     except Diverged as exc:
         out["status"], out["error"] = Status.DIVERGED.value, str(exc)
     except SystemExit as exc:
@@ -195,7 +199,8 @@ def run_probe(spec: ProbeSpec, phase: Phase) -> dict[str, Any]:
         status, message = classify(exc, path)
         out["status"], out["error"] = status.value, message
     out["extra"]["child_wall_s"] = time.perf_counter() - started
-    out["memory"] = _memory_peaks(spec.device)
+    if "memory" not in out:  # a probe that got through its measured steps took its peaks then
+        out["memory"] = _memory_peaks(spec.device)
     return out
 
 
@@ -222,12 +227,13 @@ def _seed(seed: int) -> None:
         pass
 
 
-def _measure(spec: ProbeSpec, phase: Phase, out: dict[str, Any]) -> None:
+def _measure(spec: ProbeSpec, phase: Phase, out: dict[str, Any], workdir: Path | None = None) -> None:
     import psutil
     import torch
     from torch.utils.data import DataLoader, IterableDataset
 
     from ..analysis.stats import wave_noise
+    from ..collectors.nvml import NvmlSampler
     from . import apply
 
     settings, proto, raw, applied = spec.settings, spec.protocol, out["raw"], out["applied"]
@@ -308,29 +314,51 @@ def _measure(spec: ProbeSpec, phase: Phase, out: dict[str, Any]) -> None:
             sample_shapes.add(_sample_shape(host_batch))
         return t3 - t0
 
+    def forward_backward() -> float:
+        """One step's forward and backward without the optimizer (for the FLOP counter); returns its items."""
+        host_batch = next_batch()
+        batch = apply.to_device(host_batch, device, non_blocking, channels_last)
+        with apply.autocast(settings, device.type):
+            loss = loss_fn(model, batch)
+        (scaler.scale(loss) if scaler is not None else loss).backward()
+        optimizer.zero_grad(set_to_none=True)
+        return _count_items(wl, host_batch)
+
     phase(f"warm-up: waiting for the first batch ({settings['num_workers']} loader workers)")
     warmup_start = time.perf_counter()
-    for step in range(proto.warmup_steps):
+    # Loader workers fill a queue of prefetch_factor batches each before training starts; timing that backlog
+    # would credit many workers with a burst no long run sees. Warm-up drains it first.
+    warmup_steps = max(proto.warmup_steps, settings["num_workers"] * PREFETCH_FACTOR)
+    for step in range(warmup_steps):
         one_step(step, record=False)
-        phase(f"warm-up step {step + 1} of {proto.warmup_steps} done")
+        phase(f"warm-up step {step + 1} of {warmup_steps} done")
     out["extra"]["warmup_s"] = time.perf_counter() - warmup_start
+    out["extra"]["warmup_steps"] = warmup_steps
+    # The noise of a loader-fed step is judged over waves of num_workers steps (analysis.stats.wave_noise), so the
+    # step cap is counted in waves too: a busy loader gets as many waves to settle as a single process gets steps.
+    max_steps = max(proto.max_steps, MIN_WAVES_AT_CAP * settings["num_workers"])
 
     phase("measuring")
     me = psutil.Process()
+    gpu_sampler = NvmlSampler(spec.device)  # a sleeping thread; on the CPU or without NVML it only notes why
+    gpu_sampler.start()
     cpu_before = _tree_cpu_seconds(me)
     measure_start = time.perf_counter()
-    step = proto.warmup_steps
-    while True:
-        one_step(step, record=True)
-        step += 1
-        n, elapsed = len(raw["step_s"]), time.perf_counter() - measure_start
-        if n >= proto.max_steps or elapsed >= proto.max_time_s:
-            break
-        if (n >= proto.min_steps and elapsed >= proto.min_time_s
-                and wave_noise(raw["step_s"], settings["num_workers"]) <= proto.noise_bar):
-            break
-    measured_wall = time.perf_counter() - measure_start
-    cpu_used = _tree_cpu_seconds(me) - cpu_before
+    step = warmup_steps
+    try:
+        while True:
+            one_step(step, record=True)
+            step += 1
+            n, elapsed = len(raw["step_s"]), time.perf_counter() - measure_start
+            if n >= max_steps or elapsed >= proto.max_time_s:
+                break
+            if (n >= proto.min_steps and elapsed >= proto.min_time_s
+                    and wave_noise(raw["step_s"], settings["num_workers"]) <= proto.noise_bar):
+                break
+        measured_wall = time.perf_counter() - measure_start
+        cpu_used = _tree_cpu_seconds(me) - cpu_before
+    finally:
+        gpu_sampler.stop()
     out["extra"].update({
         "measured_wall_s": measured_wall,
         "cpu_util": cpu_used / measured_wall / (psutil.cpu_count() or 1) if measured_wall > 0 else None,
@@ -343,7 +371,58 @@ def _measure(spec: ProbeSpec, phase: Phase, out: dict[str, Any]) -> None:
         **_debug_switches(),
     })
     applied.update(evidence.report())
+
+    # Collectors that need steps of their own run now, after the timing, and never fail the probe.
+    out["memory"] = _memory_peaks(spec.device)  # the measured steps' peaks, before any extra step
+    out["gpu"] = gpu_sampler.result()
+    collectors = out["extra"]["collectors"] = {"nvml": gpu_sampler.status}
+    phase("counting FLOPs of one step")
+    collectors["flops"] = _collect_flops(spec, out, forward_backward)
+    if spec.profile:
+        phase("profiling extra steps")
+        collectors["profiler"] = _collect_profile(spec, out, workdir, lambda i: one_step(step + i, record=False))
+    else:
+        collectors["profiler"] = "skipped: not a designated probe"
     phase("done")
+
+
+def _collect_flops(spec: ProbeSpec, out: dict[str, Any], forward_backward) -> str:
+    """`extra.flops`: FLOPs of one step scaled to the typical measured batch, and MFU against the cached peak."""
+    from ..analysis.stats import median
+    from ..collectors import flops
+
+    try:
+        raw = out["raw"]
+        items: list[float] = []
+        by_op = flops.count_flops_by_op(lambda: items.append(forward_backward()))
+        counted = sum(by_op.values())
+        per_step = counted * median(raw["items"]) / items[0] if items and items[0] else counted
+        peaks = flops.cached_peaks(spec.device)
+        dtype = flops.compute_dtype(spec.settings["amp"], spec.device, flops.conv_share(by_op))
+        out["extra"]["flops"] = flops.summarise(per_step, median(raw["step_s"]), peaks, dtype)
+    except Exception as exc:  # noqa: BLE001 — a collector's failure is a note, not a probe failure
+        return f"error: {type(exc).__name__}: {exc}"
+    if not peaks:
+        return (f"partial: no measured {dtype} peak for this machine in {flops.cache_path()} "
+                "(measure it with `tune-advisor env --measure-peaks`)")
+    return "ok"
+
+
+def _collect_profile(spec: ProbeSpec, out: dict[str, Any], workdir: Path | None, run_step) -> str:
+    """`extra.profile`: torch.profiler over a few extra steps; the gzipped trace goes next to the result."""
+    from ..collectors import profiler
+
+    losses = out["raw"]["loss"]
+    kept = len(losses)
+    try:
+        trace_path = workdir / f"{spec.id}.trace.json.gz" if workdir is not None else None
+        summary = profiler.profile_steps(run_step, spec.device.split(":")[0], trace_path)
+    except Exception as exc:  # noqa: BLE001 — including a loss turning non-finite in a profiled step
+        del losses[kept:]  # the profiled steps are not measured steps
+        return f"error: {type(exc).__name__}: {exc}"
+    out["extra"]["profile"] = summary
+    note = summary["trace"].get("note")
+    return f"ok ({note})" if note else "ok"
 
 
 def _count_items(wl, host_batch) -> float:

@@ -29,6 +29,7 @@ class ProbeSpec:
     timeout_s: float = 120.0  # wall-clock limit of the whole child process
     seed: int = 0
     mode: str = "probe"  # "probe" measures; "inspect" loads and checks the workload and reports its facts
+    profile: bool = False  # run torch.profiler on a few extra steps after the measured ones (designated probes)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -125,6 +125,8 @@ class Report:
     skipped: list[Row]
     notes: list[str]
     unexplored: list[str]
+    decisions: list[str]  # the planner's reasons: what it kept, dropped or skipped, and why
+    frontier: str | None  # the batch-size memory frontier, in words
     budget: dict
     environment: list[tuple[str, str]]
     workload: list[tuple[str, str]]
@@ -175,6 +177,8 @@ def build(document: Mapping[str, Any]) -> Report:
         skipped=[r for r in rows if r.status == "skipped"],
         notes=[str(n) for n in _list(doc.get("notes"))],
         unexplored=[str(u) for u in _list(budget.get("unexplored"))],
+        decisions=[str(d) for d in _list(as_dict(doc.get("plan")).get("decisions"))],
+        frontier=_frontier(as_dict(as_dict(doc.get("plan")).get("frontier"))),
         budget=budget,
         environment=_environment(as_dict(doc.get("environment"))),
         workload=_workload(workload),
@@ -183,6 +187,13 @@ def build(document: Mapping[str, Any]) -> Report:
         created=str(doc.get("created") or ""),
         version=str(as_dict(doc.get("tool")).get("version") or ""),
     )
+
+
+def _frontier(frontier: dict) -> str | None:
+    if not frontier.get("largest_ok"):
+        return None
+    return (f"batch_size {frontier['largest_ok']} fits, {frontier.get('smallest_failed')} does not "
+            f"({frontier.get('cause') or 'no cause recorded'})")
 
 
 def _title(workload: dict) -> str:

@@ -1,0 +1,90 @@
+"""The collectors inside real probe children on the CPU: profile, FLOPs and MFU, NVML absent, never in the timing."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from tune_advisor import api
+from tune_advisor.collectors import flops
+from tune_advisor.probe.spec import Protocol
+
+from ..conftest import WORKLOADS
+
+LINEAR_CONV = WORKLOADS / "linear_conv.py"
+# Exactly three measured steps, however fast or noisy: the profiler's five steps must not add to them.
+THREE_STEPS = Protocol(warmup_steps=1, min_steps=3, min_time_s=0.0, max_steps=3, max_time_s=10.0)
+# Hand count for linear_conv.py at batch 16 (see tests/unit/test_collectors_flops.py).
+HAND_FLOPS = 1_376_256
+PEAKS = {"fp32": 2e11, "bf16": 1.4e12}  # pretend roofs: the test checks the arithmetic, not this machine
+
+
+@pytest.fixture
+def cached_peaks(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the child inherits it
+    flops.store_peaks(flops.peak_key("cpu"), "cpu", PEAKS, "test")
+
+
+def test_profiled_probe_summarises_a_known_op_mix(tmp_path, cached_peaks):
+    # GIVEN a Conv2d + Linear workload probed with the profiler on
+    _, result = api.probe(LINEAR_CONV, {}, device="cpu", protocol=THREE_STEPS, workdir=tmp_path, profile=True)
+    assert result.ok, result.error
+    extra = result.extra
+    assert extra["collectors"] == {"nvml": "absent: the probe runs on the CPU", "flops": "ok", "profiler": "ok"}
+    assert result.gpu is None
+
+    # THEN the profiled steps stayed out of the timing
+    assert len(result.step_s) == len(result.raw["loss"]) == len(result.items) == 3
+
+    # AND the top operators are the model's matmul and convolution
+    profile = extra["profile"]
+    names = {op["name"] for op in profile["top_ops_host"]}
+    assert names & {"aten::addmm", "aten::mm"}
+    assert names & {"aten::convolution", "aten::_convolution", "aten::mkldnn_convolution",
+                    "aten::convolution_backward"}
+    # AND the breakdown fits in the step, with the CPU work in "cpu_exec" and the loader in "data_loading"
+    assert profile["steps"] == 3
+    assert sum(profile["breakdown_s"].values()) <= profile["step_time_s"] * (1 + 1e-9)
+    assert profile["breakdown_s"]["cpu_exec"] > 0 and profile["breakdown_s"]["data_loading"] > 0
+    assert profile["device_idle_frac"] is None and profile["h2d_pageable_bytes"] is None
+    assert profile["sync_calls_per_step"].get("aten::item", 0) >= 1  # the probe's own loss.item()
+
+    # AND the trace sits next to the result, gzipped JSON that Perfetto opens
+    trace_path = tmp_path / profile["trace"]["file"]
+    assert trace_path.name == "probe.trace.json.gz"
+    assert json.loads(gzip.decompress(trace_path.read_bytes()))["traceEvents"]
+
+    # AND FLOPs per step match the hand count; MFU is achieved over the fp32 roof
+    f = extra["flops"]
+    assert f["per_step"] == HAND_FLOPS and f["peak_dtype"] == "fp32" and f["peak_flops_per_s"] == PEAKS["fp32"]
+    step_median = sorted(result.step_s)[1]
+    assert f["achieved_flops_per_s"] == pytest.approx(HAND_FLOPS / step_median)
+    assert f["mfu"] == pytest.approx(f["achieved_flops_per_s"] / PEAKS["fp32"])
+    json.dumps(result.to_dict(), allow_nan=False)
+
+
+def test_unprofiled_bf16_probe_measures_against_the_bf16_roof_and_leaves_no_trace(tmp_path, cached_peaks):
+    _, result = api.probe(LINEAR_CONV, {"amp": "bf16"}, device="cpu", protocol=THREE_STEPS, workdir=tmp_path)
+    assert result.ok, result.error
+    assert result.extra["collectors"]["profiler"] == "skipped: not a designated probe"
+    assert "profile" not in result.extra and not list(tmp_path.glob("*.trace.json.gz"))
+    f = result.extra["flops"]
+    assert f["peak_dtype"] == "bf16" and f["peak_flops_per_s"] == PEAKS["bf16"] and f["per_step"] == HAND_FLOPS
+
+
+def test_without_measured_peaks_mfu_is_null_and_says_why(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
+    _, result = api.probe(LINEAR_CONV, {}, device="cpu", protocol=THREE_STEPS, workdir=tmp_path)
+    assert result.ok, result.error
+    assert result.extra["flops"]["mfu"] is None and result.extra["flops"]["per_step"] == HAND_FLOPS
+    assert result.extra["collectors"]["flops"].startswith("partial: no measured fp32 peak")
+
+
+def test_cli_probe_profile_prints_the_summary(cli, tmp_path, cached_peaks):
+    result = cli("probe", LINEAR_CONV, "--profile", "--workdir", tmp_path, "--min-steps", "3", "--min-time", "0",
+                 "--warmup", "1")
+    assert result.exit_code == 0, result.output
+    assert "of the measured fp32 peak" in result.output and "top host ops" in result.output
+    assert (tmp_path / "probe.trace.json.gz").exists()
