@@ -15,7 +15,8 @@ from .errors import UsageError
 SCHEMA_VERSION = 1
 
 
-def new_document(command: list[str], environment: dict, workload: dict) -> dict[str, Any]:
+def header(command: list[str], environment: dict, workload: dict) -> dict[str, Any]:
+    """What every file the tool saves starts with: schema, tool, time, command, machine, workload."""
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "tune-advisor", "version": __version__},
@@ -23,6 +24,12 @@ def new_document(command: list[str], environment: dict, workload: dict) -> dict[
         "command": list(command),
         "environment": environment,
         "workload": workload,
+    }
+
+
+def new_document(command: list[str], environment: dict, workload: dict) -> dict[str, Any]:
+    return {
+        **header(command, environment, workload),
         "baseline": None,
         "recommended": None,
         "speedup": None,

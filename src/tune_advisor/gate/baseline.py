@@ -7,13 +7,12 @@ Its keys are documented in docs/ci-gating.md.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
+from .. import results
 from ..errors import TuneAdvisorError, UsageError
 from ..probe.result import ProbeResult
 from ..probe.spec import Protocol
@@ -115,13 +114,9 @@ def summary(sample: Sample) -> dict[str, Any]:
 def new_document(*, command: list[str], environment: dict[str, Any], workload: dict[str, Any],
                  settings: dict[str, Any], protocol: Protocol, probes: list[ProbeResult]) -> dict[str, Any]:
     return {
-        "schema_version": SCHEMA_VERSION,
+        **results.header(command, environment, workload),
+        "schema_version": SCHEMA_VERSION,  # the baseline file's own schema
         "kind": KIND,
-        "tool": {"name": "tune-advisor", "version": __version__},
-        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": list(command),
-        "environment": environment,
-        "workload": workload,
         "settings": dict(settings),
         "protocol": dataclasses.asdict(protocol),
         "summary": summary(sample_of(probes)),
