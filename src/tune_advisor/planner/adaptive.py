@@ -88,7 +88,7 @@ class AdaptivePlanner(Planner):
                 self.decisions.append(f"{name}: kept {knobs.describe(found.settings, current.settings)} "
                                       f"({s.describe_gain(current, found)})")
                 done.difference_update(INTERACTIONS.get(name, ()))
-                current = found
+                current = s.best = found
             else:
                 self.decisions.append(f"{name}: no value beat {knobs.describe(current.settings, base.settings)} "
                                       "beyond the noise")

@@ -64,19 +64,31 @@ class Session:
         self.unexplored: list[str] = []
         self._by_settings: dict[tuple, ProbeResult] = {}
         self._rechecked: set[tuple] = set()
+        self.baseline: ProbeResult | None = None  # set by the planner; the confirmation's cost is estimated from
+        self.best: ProbeResult | None = None  # these two
 
     def elapsed(self) -> float:
         return self.clock() - self.started
 
     def typical_probe_s(self) -> float:
+        """What the next probe will likely take: the mean so far, which long probes (many loader workers running
+        to the time cap) pull up, unlike the median."""
         walls = [p.wall_s for p in self.probes if p.wall_s > 0]
-        return stats.median(walls) if walls else 0.0
+        return sum(walls) / len(walls) if walls else 0.0
 
-    def affordable(self, probes: int = 1, reserve: int = CONFIRM_RESERVE) -> bool:
-        """Whether `probes` more (keeping `reserve` for the confirmation) fit in what is left of the budget."""
+    def affordable(self, probes: int = 1) -> bool:
+        """Whether `probes` more, and then the confirmation, fit in what is left of the budget."""
         if self.budget_s is None:
             return True
-        return self.elapsed() + (probes + reserve) * self.typical_probe_s() <= self.budget_s
+        return self.elapsed() + probes * self.typical_probe_s() + self.confirmation_s() <= self.budget_s
+
+    def confirmation_s(self) -> float:
+        """The confirmation re-runs the baseline and the current best CONFIRM_ROUNDS times each: their own wall
+        times predict it best."""
+        if self.baseline is None:
+            return CONFIRM_RESERVE * self.typical_probe_s()
+        best = self.best if self.best is not None else self.baseline
+        return CONFIRM_ROUNDS * (self.baseline.wall_s + best.wall_s)
 
     def seen(self, settings: dict[str, Any]) -> ProbeResult | None:
         return self._by_settings.get(_key(settings))
@@ -189,6 +201,7 @@ class Planner:
 
     def run(self) -> Outcome:
         base = self.session.run(self.ctx.baseline, "baseline")
+        self.session.baseline = base
         if not base.ok:
             self.notes.append(f"the baseline probe failed ({base.status.value}): nothing to compare against; "
                               "fix that first")
