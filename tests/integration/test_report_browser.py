@@ -92,7 +92,8 @@ def test_every_example_report_loads_offline_with_every_section_and_sorts(browser
                 heading = page.locator(f"section#{section} h2")
                 assert heading.count() == 1 and heading.is_visible(), (name, section)
             assert page.locator("#verdict .verdict").inner_text().strip(), name
-            assert page.locator("#charts svg").count() >= 3, name
+            # throughput per probe and the step breakdown always; batch size vs throughput when batches varied
+            assert page.locator("#charts svg").count() >= 2, name
             # WHEN the throughput header is clicked THEN rows are in ascending throughput, failures last
             before = probe_order(page)
             page.get_by_role("button", name="throughput [95% CI]").click()
