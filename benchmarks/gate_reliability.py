@@ -1,20 +1,29 @@
 """Can people trust the gate? False alarms without a change, and detection of a planted 15% slowdown.
 
-Records one baseline of benchmarks/workloads/gate_slowdown.py, then runs the gate RUNS times on the unchanged
-workload and RUNS times with TUNE_ADVISOR_SLOWDOWN=0.15 (every step ~15% slower), alternating the two so machine
-drift during the benchmark hits both alike. Each gate run is a fresh set of child probes compared with the stored
-baseline (the harder case: no interleaved reference). Prints every run and the totals; exits 1 when the targets
-(at most 1 false alarm, at least 19 of 20 detected) are missed. About 10-15 minutes on 2 CPU cores.
+Runs the gate RUNS times on the unchanged workload (benchmarks/workloads/gate_slowdown.py) and RUNS times with
+TUNE_ADVISOR_SLOWDOWN=0.15 (every step ~15% slower), alternating the two. Two modes:
 
-    python benchmarks/gate_reliability.py [--runs 20] [--rounds 3] [--slowdown 0.15] [--check throughput:5%]
+- interleaved (default; `gate --against REF`, what docs/ci-gating.md recommends for CI): the workload is committed
+  to a scratch git repository as the reference, in a version that ignores the variable (the code "before the
+  change"); each gate run measures that ref and the working copy in alternating rounds in the same job.
+- stored (`gate --baseline FILE`): one baseline is recorded first, and each gate run is compared with it. On a
+  machine whose speed drifts between jobs this is the harder case; the recorded run-to-run spread widens the CI.
+
+Prints every run and the totals; exits 1 when the targets (at most 1 false alarm, at least 19 of 20 detected) are
+missed. Interleaved with 5 rounds: about 20 minutes on 2 CPU cores.
+
+    python benchmarks/gate_reliability.py [--mode interleaved|stored] [--runs 20] [--rounds 5] [--slowdown 0.15]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -29,13 +38,28 @@ ENV = "TUNE_ADVISOR_SLOWDOWN"
 PROTOCOL = Protocol(warmup_steps=3, min_steps=20, min_time_s=1.0, max_steps=200, max_time_s=3.0)
 
 
-def gate_once(baseline: Path, slowdown: float | None, rounds: int, checks: list[str]):
+def scratch_repo() -> Path:
+    """A git repository whose HEAD holds the workload "before the change" (blind to ENV); returns the working copy,
+    which reads ENV (the change, when ENV is set)."""
+    repo = Path(tempfile.mkdtemp(prefix="gate-reliability-repo-"))
+    working = repo / WORKLOAD.name
+    text = WORKLOAD.read_text()
+    assert text.count(f'"{ENV}"') == 1, "the workload reads its slowdown from one place"
+    working.write_text(text.replace(f'"{ENV}"', f'"{ENV}_NOT_AT_REF"'))
+    for args in (["init", "-q"], ["add", WORKLOAD.name],
+                 ["-c", "user.name=bench", "-c", "user.email=bench@localhost", "commit", "-q", "-m", "ref"]):
+        subprocess.run(["git", "-C", str(repo), *args], check=True)
+    working.write_text(text)
+    return working
+
+
+def gate_once(reference: dict, slowdown: float | None, rounds: int, checks: list[str], workload: Path):
     if slowdown:
         os.environ[ENV] = str(slowdown)  # inherited by the probe children
     else:
         os.environ.pop(ENV, None)
     started = time.monotonic()
-    result = run_gate(WORKLOAD, baseline=baseline, checks=checks, rounds=rounds, device="cpu")
+    result = run_gate(workload, checks=checks, rounds=rounds, device="cpu", protocol=PROTOCOL, **reference)
     return result, time.monotonic() - started
 
 
@@ -57,29 +81,41 @@ def describe(result) -> str:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mode", choices=("interleaved", "stored"), default="interleaved")
     parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--slowdown", type=float, default=0.15)
     parser.add_argument("--check", action="append", default=None, help=f"default: {', '.join(DEFAULT_CHECKS)}")
     parser.add_argument("--baseline", type=Path, default=Path("/tmp/tune-advisor-gate-reliability/baseline.json"))
+    parser.add_argument("--save", type=Path, default=None, help="write every gate run's gate.json into this folder")
     args = parser.parse_args(argv)
     checks = args.check or list(DEFAULT_CHECKS)
 
     started = time.monotonic()
     os.environ.pop(ENV, None)
-    document = record_baseline(WORKLOAD, rounds=args.rounds, device="cpu", protocol=PROTOCOL,
-                               command=["benchmarks/gate_reliability.py"])
-    args.baseline.parent.mkdir(parents=True, exist_ok=True)
-    results.write_atomic(args.baseline, document)
-    tp = document["summary"]["throughput"]
-    print(f"baseline: {tp['median']:.1f} {tp['unit']}, rounds {[round(x, 1) for x in tp['rounds']]}, "
-          f"run-to-run spread {tp['spread']:.1%} ({time.monotonic() - started:.0f} s)", flush=True)
+    if args.mode == "stored":
+        workload = WORKLOAD
+        document = record_baseline(WORKLOAD, rounds=args.rounds, device="cpu", protocol=PROTOCOL,
+                                   command=["benchmarks/gate_reliability.py"])
+        args.baseline.parent.mkdir(parents=True, exist_ok=True)
+        results.write_atomic(args.baseline, document)
+        tp = document["summary"]["throughput"]
+        print(f"baseline: {tp['median']:.1f} {tp['unit']}, rounds {[round(x, 1) for x in tp['rounds']]}, "
+              f"run-to-run spread {tp['spread']:.1%} ({time.monotonic() - started:.0f} s)", flush=True)
+        reference = {"baseline": args.baseline}
+    else:
+        workload = scratch_repo()
+        reference = {"against": "HEAD"}
+        print(f"reference: {workload.parent} at HEAD (ignores {ENV}); candidate: its working copy", flush=True)
 
     outcomes = {"unchanged": [], "slowed": []}
     for i in range(args.runs):
         for label, slowdown in (("unchanged", None), ("slowed", args.slowdown)):
-            result, took = gate_once(args.baseline, slowdown, args.rounds, checks)
+            result, took = gate_once(reference, slowdown, args.rounds, checks, workload)
             outcomes[label].append(result)
+            if args.save:
+                args.save.mkdir(parents=True, exist_ok=True)
+                results.write_atomic(args.save / f"run{i + 1:02d}-{label}.json", result.document)
             print(f"run {i + 1:>2} {label:<9} exit {result.exit_code}  {describe(result)}  ({took:.0f} s)",
                   flush=True)
     os.environ.pop(ENV, None)
@@ -94,7 +130,7 @@ def main(argv: list[str]) -> int:
         return statistics.median(ratios) if ratios else float("nan")
 
     print(f"\ngate reliability on {WORKLOAD.name}: {args.runs} runs each, {args.rounds} rounds per side, "
-          f"checks {', '.join(checks)}, stored baseline")
+          f"checks {', '.join(checks)}, {args.mode} reference")
     print(f"  no change:          {false_alarms:>2} false alarm(s) of {args.runs}   (target <= 1)   "
           f"median throughput ratio {median_ratio('unchanged'):.3f}")
     if tripped:
@@ -102,6 +138,8 @@ def main(argv: list[str]) -> int:
     print(f"  {args.slowdown:.0%} slower steps:  {detected:>2} detected of {args.runs}       (target >= "
           f"{args.runs - 1})  median throughput ratio {median_ratio('slowed'):.3f}")
     print(f"  total time {(time.monotonic() - started) / 60:.1f} min")
+    if args.mode == "interleaved":
+        shutil.rmtree(workload.parent, ignore_errors=True)
     return 0 if false_alarms <= 1 and detected >= args.runs - 1 else 1
 
 
