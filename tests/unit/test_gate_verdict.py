@@ -82,6 +82,20 @@ def test_interleaved_pairs_cancel_drift_that_a_stored_comparison_cannot():
     assert stored.status != FAIL, stored.message
 
 
+def test_one_pair_straddling_a_machine_speed_change_does_not_decide_the_interleaved_verdict():
+    # GIVEN no change, in 5 pairs; in one pair the machine sped up 30% between the reference and candidate rounds
+    candidate = side(1000, rounds=5, levels=[1.0, 1.0, 1.3, 1.0, 1.0], noise=0.01, seed=1)
+    reference = side(1000, rounds=5, levels=[1.0, 1.0, 1.0, 1.0, 1.0], noise=0.01, seed=2)
+    # WHEN judged interleaved
+    outcome = judge("throughput:5%", candidate, reference, mode=INTERLEAVED)
+    # THEN the verdict follows the four agreeing pairs: no change
+    assert outcome.status == PASS, outcome.message
+    assert outcome.figures["ratio"]["median"] == pytest.approx(1.0, abs=0.02)
+    # AND a real 15% slowdown with the same straddling pair still fails
+    slowed = side(1000 / 1.15, rounds=5, levels=[1.0, 1.0, 1.3, 1.0, 1.0], noise=0.01, seed=3)
+    assert judge("throughput:5%", slowed, reference, mode=INTERLEAVED).status == FAIL
+
+
 def test_a_stored_comparison_needs_the_whole_widened_interval_beyond_the_threshold():
     # GIVEN a 7% drop with a 4% run-to-run spread: the median is past 5%, the widened CI is not
     candidate = side(930, levels=[0.98, 1.0, 1.02], noise=0.005, seed=1)

@@ -173,7 +173,9 @@ def ratio_interval(candidate: Sample, reference: Sample, metric: str, mode: str 
     """candidate/reference of `throughput` or `step_time` with a 95% CI.
 
     Interleaved: rounds are pairs measured back to back, so pairs are resampled together and the ratio is the
-    geometric mean of the pair ratios (drift between pairs cancels). Stored: the sides are resampled independently
+    median of the pair ratios (drift between pairs cancels; the median, unlike a mean, also shrugs off a pair
+    whose two rounds straddled a sudden change of machine speed — shared VMs switch between speed states for
+    seconds at a time). Stored: the sides are resampled independently
     and the CI is then widened by the larger round-to-round spread of the two sides (the allowance), because the
     reference ran in another job under conditions this job cannot see.
     """
@@ -188,7 +190,7 @@ def ratio_interval(candidate: Sample, reference: Sample, metric: str, mode: str 
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: reported as an error by the check
         if mode == INTERLEAVED and n_cand == n_ref:
             pick = _pick_rounds(n_cand, rng, n_boot)
-            rate_ratio = np.exp(np.nanmean(np.log(cand[pick, col] / ref[pick, col]), axis=1))
+            rate_ratio = np.exp(np.nanmedian(np.log(cand[pick, col] / ref[pick, col]), axis=1))
             allowance = 0.0
         else:
             cand_rate = np.nanmean(cand[_pick_rounds(n_cand, rng, n_boot), col], axis=1)
