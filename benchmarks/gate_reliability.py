@@ -10,9 +10,9 @@ TUNE_ADVISOR_SLOWDOWN=0.15 (every step ~15% slower), alternating the two. Two mo
   machine whose speed drifts between jobs this is the harder case; the recorded run-to-run spread widens the CI.
 
 Prints every run and the totals; exits 1 when the targets (at most 1 false alarm, at least 19 of 20 detected) are
-missed. Interleaved with 5 rounds: about 20 minutes on 2 CPU cores.
+missed. Interleaved (each round a lockstep pair) with 3 rounds: about 16 minutes on 2 CPU cores.
 
-    python benchmarks/gate_reliability.py [--mode interleaved|stored] [--runs 20] [--rounds 5] [--slowdown 0.15]
+    python benchmarks/gate_reliability.py [--mode interleaved|stored] [--runs 20] [--rounds 3] [--slowdown 0.15]
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=("interleaved", "stored"), default="interleaved")
     parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)  # the gate's default
     parser.add_argument("--slowdown", type=float, default=0.15)
     parser.add_argument("--check", action="append", default=None, help=f"default: {', '.join(DEFAULT_CHECKS)}")
     parser.add_argument("--baseline", type=Path, default=Path("/tmp/tune-advisor-gate-reliability/baseline.json"))

@@ -96,6 +96,33 @@ def test_one_pair_straddling_a_machine_speed_change_does_not_decide_the_interlea
     assert judge("throughput:5%", slowed, reference, mode=INTERLEAVED).status == FAIL
 
 
+def lockstep_pair(rate_ratio: float, *, pairs: int = 3, steps: int = 40, seed: int = 0) -> tuple[Sample, Sample]:
+    """Pairs measured in lockstep on a machine that switches between speed states 30% apart every few steps:
+    step k of both sides ran in the same state. Returns (candidate, reference)."""
+    rng = np.random.default_rng(seed)
+    sides = ([], [])
+    for _ in range(pairs):
+        state = np.repeat(rng.choice([1.0, 1.3], size=steps // 4 + 1), 4)[:steps]  # a state lasts 4 steps
+        for rounds, rate in zip(sides, (1000 * rate_ratio, 1000)):
+            rounds.append(Round(list(BATCH / rate * state * (1 + rng.normal(0, 0.01, steps))), [BATCH] * steps))
+    return Sample(sides[0]), Sample(sides[1])
+
+
+def test_lockstep_pairs_resample_their_steps_together_so_the_shared_machine_state_cancels():
+    # GIVEN lockstep pairs on a machine whose speed jumps 30% every few steps, the candidate 10% slower
+    candidate, reference = lockstep_pair(1 / 1.1)
+    # WHEN judged interleaved  THEN the state both sides shared cancels: a tight interval around 0.909, a failure
+    outcome = judge("throughput:5%", candidate, reference, mode=INTERLEAVED)
+    ratio = outcome.figures["ratio"]
+    assert outcome.status == FAIL, outcome.message
+    assert ratio["median"] == pytest.approx(1 / 1.1, abs=0.01) and ratio["ci_high"] - ratio["ci_low"] < 0.05
+    # AND resampled independently (as rounds that did not run side by side), the same steps could not prove it
+    apart = verdict.ratio_interval(candidate, Sample(reference.rounds), "throughput", STORED)
+    assert apart.high - apart.low > 0.1
+    # AND without a change the same machine passes
+    assert judge("throughput:5%", *lockstep_pair(1.0, seed=1), mode=INTERLEAVED).status == PASS
+
+
 def test_a_stored_comparison_needs_the_whole_widened_interval_beyond_the_threshold():
     # GIVEN a 7% drop with a 4% run-to-run spread: the median is past 5%, the widened CI is not
     candidate = side(930, levels=[0.98, 1.0, 1.02], noise=0.005, seed=1)

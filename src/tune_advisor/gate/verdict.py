@@ -172,17 +172,21 @@ def ratio_interval(candidate: Sample, reference: Sample, metric: str, mode: str 
                    n_boot: int | None = None) -> Interval:
     """candidate/reference of `throughput` or `step_time` with a 95% CI.
 
-    Interleaved: rounds are pairs measured back to back, so pairs are resampled together and the ratio is the
-    median of the pair ratios (drift between pairs cancels; the median, unlike a mean, also shrugs off a pair
-    whose two rounds straddled a sudden change of machine speed — shared VMs switch between speed states for
-    seconds at a time). Stored: the sides are resampled independently
+    Interleaved: rounds are pairs measured together in lockstep, so pairs are resampled together, and so are the
+    steps within a pair; the ratio is the median of the pair ratios (drift between pairs cancels; the median,
+    unlike a mean, also shrugs off a pair that went wrong anyway). Stored: the sides are resampled independently
     and the CI is then widened by the larger round-to-round spread of the two sides (the allowance), because the
     reference ran in another job under conditions this job cannot see.
     """
     steps_only = metric == "step_time"
     n_boot = n_boot or BOOTSTRAP_RESAMPLES
+    # Lockstep pairs (probe/lockstep.py) have as many steps on each side, step k of one run right next to step k
+    # of the other: the same seed resamples the same blocks of steps on both sides, so the machine state they
+    # shared cancels within each pair, as it did when they ran.
+    lockstep = mode == INTERLEAVED and len(candidate.rounds) == len(reference.rounds) and all(
+        len(c.step_s) == len(r.step_s) for c, r in zip(candidate.rounds, reference.rounds))
     cand = round_distributions(candidate, steps_only, seed, n_boot)
-    ref = round_distributions(reference, steps_only, seed + 1, n_boot)
+    ref = round_distributions(reference, steps_only, seed if lockstep else seed + 1, n_boot)
     n_cand, n_ref = len(cand), len(ref)
     rng = np.random.default_rng(seed)
     col = np.arange(n_boot)[:, None]

@@ -1,0 +1,313 @@
+"""Lockstep ("baton"): two probe children that take turns, one measured step at a time.
+
+Why: a shared VM switches between speed states about 30% apart that last seconds. Two probes measured one after
+the other (a round of the reference, then one of the candidate) often run in different states, so their ratio
+carries the machine's mood. Two children that alternate single steps see the same state in every pair of steps.
+The gate's interleaved mode (`gate --against REF`) measures each round this way; docs/ci-gating.md has the numbers.
+
+Protocol, over two FIFOs per child in the probe workdir (their paths are `ProbeSpec.lockstep`):
+    child -> parent, "done" FIFO:  "ready\\n" once its warm-up is over, then "<step seconds>\\n" after each step
+    parent -> child, "go" FIFO:    b"g": run one measured step; b"s": stop measuring (collectors, result, exit)
+The parent hands the baton A B, B A, A B, ... (A B B A: neither side always moves first), stops after a whole
+pair once both sides meet the protocol (min steps, min time, noise) or one hits its cap, and pauses the waiting
+side's process group (SIGSTOP) so that its loader workers cannot prefetch, nor its threads spin, on the other
+side's turn. It never blocks without a deadline: it sleeps in select() on the FIFO and both children's pidfds,
+until the probes' wall-clock limit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import select
+import signal
+import time
+from pathlib import Path
+from typing import Sequence
+
+from ..analysis.stats import wave_noise
+from . import runner
+from .result import ProbeResult
+from .spec import ProbeSpec
+
+GO, STOP = b"g", b"s"
+READY = "ready"
+POLL_S = 0.25  # liveness checks without pidfds (not Linux >= 5.3)
+
+
+class LockstepError(RuntimeError):
+    """The child lost its parent: no baton within the probe's time limit, or the FIFO's other end is gone."""
+
+
+# --- the child's side -------------------------------------------------------------------------------------------
+
+
+class NoBaton:
+    """A free-running probe: every step is its own to take."""
+
+    active = False
+    idle_s = 0.0
+
+    def wait(self) -> bool:
+        return True
+
+    def done(self, step_s: float) -> None:
+        pass
+
+    def report(self) -> None:
+        return None
+
+
+class Baton:
+    """The child's end: `wait()` before each measured step (False: stop measuring), `done(step_s)` after it."""
+
+    active = True
+
+    def __init__(self, paths: dict[str, str], timeout_s: float):
+        # The parent opened both FIFOs before starting this process, so non-blocking opens find their other end; a
+        # missing end means the parent is gone, and a blocking open would then wait forever.
+        try:
+            self.go = os.open(paths["go"], os.O_RDONLY | os.O_NONBLOCK)
+            self.out = os.open(paths["done"], os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            raise LockstepError(f"cannot join the gate's lockstep ({exc.strerror}): its parent process is gone")
+        os.set_blocking(self.go, True)
+        os.set_blocking(self.out, True)
+        self.timeout_s = timeout_s
+        self.began: float | None = None  # the first wait(): the warm-up is over
+        self.ready_wait_s = 0.0  # waiting for the other side's warm-up
+        self.waited_s = 0.0  # waiting for the baton between steps
+        self.spans: list[list[float]] = []  # (start, end) of each measured step, CLOCK_MONOTONIC as in the parent
+        self.busy_s = 0.0
+
+    @property
+    def idle_s(self) -> float:
+        """Wall time since the warm-up that was the other side's: measuring time = wall time - idle_s."""
+        return time.perf_counter() - self.began - self.busy_s if self.began is not None else 0.0
+
+    def wait(self) -> bool:
+        first = self.began is None
+        if first:
+            self.began = time.perf_counter()
+            self._send(READY)
+        ready, _, _ = select.select([self.go], [], [], self.timeout_s)
+        word = os.read(self.go, 1) if ready else None
+        now = time.perf_counter()
+        if first:
+            self.ready_wait_s = now - self.began
+        else:  # since the last step: the parent may have paused this process before it got here
+            self.waited_s += now - self.spans[-1][1]
+        if word == GO:
+            self.spans.append([now, now])
+            return True
+        if word == STOP:
+            return False
+        if word is None:
+            raise LockstepError(f"no baton from the gate's parent process within {self.timeout_s:g} s")
+        raise LockstepError("the gate's parent process closed the lockstep channel")
+
+    def done(self, step_s: float) -> None:
+        span = self.spans[-1]
+        span[1] = time.perf_counter()
+        self.busy_s += span[1] - span[0]
+        self._send(repr(float(step_s)))
+
+    def report(self) -> dict:
+        return {"steps": len(self.spans), "waited_s": round(self.waited_s, 6),
+                "ready_wait_s": round(self.ready_wait_s, 6),
+                "spans": [[round(a, 6), round(b, 6)] for a, b in self.spans]}
+
+    def _send(self, line: str) -> None:
+        try:
+            os.write(self.out, (line + "\n").encode())  # one short write: atomic on a FIFO
+        except BrokenPipeError:
+            raise LockstepError("the gate's parent process closed the lockstep channel") from None
+
+
+def baton(spec: ProbeSpec) -> Baton | NoBaton:
+    """The child's baton for `spec`: a real one when the gate runs it in lockstep."""
+    return Baton(spec.lockstep, spec.timeout_s) if spec.lockstep else NoBaton()
+
+
+# --- the parent's side ------------------------------------------------------------------------------------------
+
+
+class _Channel:
+    """The parent's ends of one child's two FIFOs."""
+
+    def __init__(self, workdir: Path, probe_id: str):
+        self.paths = {"go": str(workdir / f"{probe_id}.go"), "done": str(workdir / f"{probe_id}.done")}
+        for path in self.paths.values():
+            Path(path).unlink(missing_ok=True)
+            os.mkfifo(path, 0o600)
+        # O_RDWR (Linux): the open returns at once, and the FIFO never reports EOF or EPIPE to us, whatever the
+        # child does; its death is seen through its pidfd instead.
+        self.go = os.open(self.paths["go"], os.O_RDWR)
+        self.done = os.open(self.paths["done"], os.O_RDWR)
+        self.pending = b""
+
+    def close(self) -> None:
+        for fd in (self.go, self.done):
+            os.close(fd)
+        for path in self.paths.values():
+            Path(path).unlink(missing_ok=True)
+
+
+class _Ended(Exception):
+    def __init__(self, side: int):
+        self.side = side
+
+
+class _TimedOut(Exception):
+    pass
+
+
+class _Pair:
+    """Hands the baton between two started children (runner.Started) and decides when both have measured enough."""
+
+    def __init__(self, probes: list[runner.Started], channels: list[_Channel]):
+        self.probes, self.channels = probes, channels
+        self.deadline = min(p.deadline for p in probes)
+        self.exit_fds = [_pidfd(p.pid) for p in probes]
+        protocol = probes[0].spec.protocol
+        self.protocol = protocol
+        workers = [int(p.spec.settings.get("num_workers") or 0) for p in probes]
+        self.waves = [max(1, w) for w in workers]  # steps per loader wave, as analysis.stats.wave_noise counts
+        # The step cap a free-running child has (probe/child.py): at least MIN_WAVES_AT_CAP loader waves.
+        from .child import MIN_WAVES_AT_CAP
+
+        self.cap = max(protocol.max_steps, MIN_WAVES_AT_CAP * max(workers))
+
+    def conduct(self, first: int) -> str:
+        """Run the pair; returns why it stopped: "measured", "<id> ended" (the other side was stopped), "timeout"."""
+        steps: list[list[float]] = [[], []]
+        try:
+            for side in (0, 1):
+                if self._receive(side) != READY:
+                    raise ValueError(f"{self.probes[side].spec.id}: expected {READY!r} from the child")
+                self._signal(side, signal.SIGSTOP)
+            order = (first, 1 - first)
+            while not self._enough(steps):
+                for side in order:
+                    steps[side].append(self._step(side))
+                order = order[::-1]
+        except _Ended as ended:
+            for side in (0, 1):
+                self._stop(side)
+            return f"{self.probes[ended.side].spec.id} ended"
+        except _TimedOut:
+            for probe in self.probes:
+                probe.kill(timed_out=True)
+            return "timeout"
+        for side in (0, 1):
+            self._stop(side)
+        return "measured"
+
+    def close(self) -> None:
+        for fd in self.exit_fds:
+            if fd is not None:
+                os.close(fd)
+
+    def _step(self, side: int) -> float:
+        self._signal(side, signal.SIGCONT)
+        os.write(self.channels[side].go, GO)
+        step_s = float(self._receive(side))
+        self._signal(side, signal.SIGSTOP)
+        return step_s
+
+    def _stop(self, side: int) -> None:
+        self._signal(side, signal.SIGCONT)
+        os.write(self.channels[side].go, STOP)  # buffered in the FIFO even if the child has exited
+
+    def _enough(self, steps: list[list[float]]) -> bool:
+        """After a whole pair: stop at a cap, or when both sides meet the protocol (min steps, min time, noise)."""
+        n, proto = len(steps[0]), self.protocol
+        if n == 0:
+            return False
+        measured = [sum(s) for s in steps]  # per side, its own steps only: the wall time is twice as long
+        if n >= self.cap or max(measured) >= proto.max_time_s:
+            return True
+        return n >= proto.min_steps and min(measured) >= proto.min_time_s and all(
+            wave_noise(s, wave) <= proto.noise_bar for s, wave in zip(steps, self.waves))
+
+    def _receive(self, side: int) -> str:
+        """The next line from `side`; raises _Ended when either child exits, _TimedOut past the deadline."""
+        channel = self.channels[side]
+        watched = [channel.done, *(fd for fd in self.exit_fds if fd is not None)]
+        polling = None in self.exit_fds
+        while b"\n" not in channel.pending:
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                raise _TimedOut()
+            ready, _, _ = select.select(watched, [], [], min(remaining, POLL_S) if polling else remaining)
+            for other, probe in enumerate(self.probes):
+                fd = self.exit_fds[other]
+                if (fd in ready) if fd is not None else not _alive(probe.pid):
+                    raise _Ended(other)
+            if channel.done in ready:
+                channel.pending += os.read(channel.done, 4096)
+        line, channel.pending = channel.pending.split(b"\n", 1)
+        return line.decode()
+
+    def _signal(self, side: int, sig: int) -> None:
+        try:
+            os.killpg(self.probes[side].pid, sig)  # the child leads its own process group (loader workers too)
+        except (ProcessLookupError, PermissionError):
+            pass  # it has exited: _receive reports that
+
+
+def run_pair(specs: Sequence[ProbeSpec], workdir: Path, roles: Sequence[str], first: int = 0) -> list[ProbeResult]:
+    """Measure two probes in lockstep and return both results, in the order of `specs`.
+
+    `first` is the side that takes the first measured step. Each result is built as `runner.run_probe` builds it;
+    `extra.lockstep` adds the child's steps, waiting time and step spans, and why the pair stopped. A side that
+    fails keeps its status; the other is stopped cleanly and keeps the steps it measured.
+    """
+    if len(specs) != 2 or specs[0].protocol != specs[1].protocol:
+        raise ValueError("lockstep measures two probes under one protocol")
+    workdir.mkdir(parents=True, exist_ok=True)
+    channels: list[_Channel] = []
+    probes: list[runner.Started] = []
+    pair = None
+    try:
+        for slot, (spec, role) in enumerate(zip(specs, roles)):
+            channels.append(_Channel(workdir, spec.id))
+            spec = dataclasses.replace(spec, lockstep=channels[-1].paths)
+            probes.append(runner.start_probe(spec, workdir, role, slot=slot))  # one zygote each: both run at once
+        pair = _Pair(probes, channels)
+        why = pair.conduct(first)
+    except BaseException:  # Ctrl-C or a fault of ours: leave nothing running behind us
+        for probe in probes:
+            probe.kill()
+        for probe in probes:
+            runner.finish_probe(probe)
+        raise
+    finally:
+        if pair is not None:
+            pair.close()
+        for channel in channels:
+            channel.close()
+    results = [runner.finish_probe(probe) for probe in probes]
+    for side, result in enumerate(results):
+        result.extra.setdefault("lockstep", {}).update(first=side == first, stopped=why)
+    return results
+
+
+def _pidfd(pid: int) -> int | None:
+    """A descriptor that becomes readable when `pid` exits (also for the zygote's children); None where the
+    kernel has no pidfds, or the process is already gone (then it counts as exited)."""
+    try:
+        return os.pidfd_open(pid)
+    except ProcessLookupError:
+        return os.open(os.devnull, os.O_RDONLY)  # always readable: exited
+    except (AttributeError, OSError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

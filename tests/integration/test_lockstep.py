@@ -1,0 +1,100 @@
+"""Lockstep pairs of real probe children (the gate's interleaved mode): turns, failures, the wall-clock limit."""
+
+from __future__ import annotations
+
+import psutil
+import pytest
+
+from tune_advisor import knobs
+from tune_advisor.probe import lockstep
+from tune_advisor.probe.result import Status
+from tune_advisor.probe.spec import ProbeSpec
+
+from ..conftest import FAST, WORKLOADS
+
+TINY = WORKLOADS / "tiny_mlp.py"
+SETTINGS = knobs.full_settings({"batch_size": 16})
+# tiny_mlp, but its compute_loss does FAILURE on call number FAIL_AT (the warm-up step is call 1).
+FAILING = TINY.read_text() + '''
+
+import time
+import torch.nn.functional as F
+
+CALLS = 0
+
+
+def compute_loss(model, batch):
+    global CALLS
+    CALLS += 1
+    if CALLS == FAIL_AT:
+        FAILURE
+    x, y = batch
+    return F.cross_entropy(model(x), y)
+'''
+
+
+@pytest.fixture
+def spawned(monkeypatch):
+    """Children as new processes, started side by side: quicker here than two zygotes started one after the
+    other, which pytest makes each test do (the environment, which the zygotes are keyed on, names the test)."""
+    monkeypatch.setenv("TUNE_ADVISOR_NO_ZYGOTE", "1")
+
+
+def specs(tmp_path, other=TINY, timeout_s=60.0):
+    return [ProbeSpec(id=f"{name}-1", workload=str(path), settings=SETTINGS, protocol=FAST, timeout_s=timeout_s)
+            for name, path in (("reference", TINY), ("candidate", other))]
+
+
+def failing(tmp_path, failure: str, fail_at: int = 5):
+    path = tmp_path / "failing.py"
+    path.write_text(FAILING.replace("FAIL_AT", str(fail_at)).replace("FAILURE", failure))
+    return path
+
+
+def turns(results) -> str:
+    """Who stepped when ("r" or "c"), from the step spans each child recorded; fails if two steps overlapped."""
+    spans = sorted((a, b, r.id[0]) for r in results for a, b in r.extra["lockstep"]["spans"])
+    assert all(end <= start for (_, end, _), (start, _, _) in zip(spans, spans[1:])), "steps overlapped"
+    return "".join(name for _, _, name in spans)
+
+
+def test_a_pair_measures_both_sides_in_strict_turns(tmp_path):
+    # WHEN two probes run in lockstep, the candidate first (each forked from a zygote of its own)
+    results = lockstep.run_pair(specs(tmp_path), tmp_path, ["gate:reference", "gate:candidate"], first=1)
+    # THEN both are ordinary ok probes with the same number of measured steps
+    reference, candidate = results
+    assert [r.status for r in results] == [Status.OK, Status.OK], [r.error for r in results]
+    n = len(reference.step_s)
+    assert n == len(candidate.step_s) >= FAST.min_steps
+    assert all(r.peak_memory_bytes and r.wall_s > 0 and r.role.startswith("gate:") for r in results)
+    # AND the steps alternated C R, R C, ..., as each child recorded them
+    assert turns(results) == "".join(("cr", "rc")[i % 2] for i in range(n))
+    assert [r.extra["lockstep"]["steps"] for r in results] == [n, n]
+    assert [r.extra["lockstep"]["first"] for r in results] == [False, True]
+    assert {r.extra["lockstep"]["stopped"] for r in results} == {"measured"}
+    # AND each child's measuring time is its own steps, not its partner's turns
+    for r in results:
+        assert sum(r.step_s) <= r.extra["measured_wall_s"] < sum(r.step_s) + 0.5 * r.extra["lockstep"]["waited_s"]
+
+
+def test_a_side_that_crashes_mid_round_ends_it_with_its_status(tmp_path, spawned):
+    # GIVEN a candidate that crashes (SIGABRT) in its 4th measured step (1 warm-up step)
+    pair = specs(tmp_path, failing(tmp_path, "import os; os.abort()"))
+    # WHEN the pair runs
+    reference, candidate = lockstep.run_pair(pair, tmp_path, ["gate:reference", "gate:candidate"])
+    # THEN the candidate keeps its own status and cause, and the reference was stopped cleanly after it
+    assert candidate.status is Status.CRASHED and "SIGABRT" in candidate.error and "failing.py" in candidate.error
+    assert reference.status is Status.OK and reference.extra["lockstep"]["stopped"] == "candidate-1 ended"
+    assert len(reference.step_s) == 3  # r c c r r c c: the candidate's 4th step never came back
+
+
+def test_the_wall_clock_limit_kills_both_sides(tmp_path, spawned):
+    # GIVEN a candidate whose 3rd measured step never ends, and a 6 s limit
+    pair = specs(tmp_path, failing(tmp_path, "time.sleep(600)", fail_at=4), timeout_s=6)
+    # WHEN the pair runs
+    results = lockstep.run_pair(pair, tmp_path, ["gate:reference", "gate:candidate"])
+    # THEN both are timeouts at the limit, and no process of either is left
+    assert [r.status for r in results] == [Status.TIMEOUT, Status.TIMEOUT]
+    assert all("6 s limit" in r.error for r in results)
+    leftovers = [p for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
+    assert leftovers == []

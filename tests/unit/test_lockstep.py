@@ -1,0 +1,182 @@
+"""The lockstep (baton) protocol between the parent and two children: plain Python children, no torch."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from tune_advisor.probe import lockstep
+from tune_advisor.probe.spec import ProbeSpec, Protocol
+
+# A child that measures like probe/child.py: one "step" (a short sleep) per baton, then its report to a file.
+# A step number to fail at: positive exits with code 3 (a crash), negative hangs (a stuck step).
+CHILD = """
+import json, os, sys, time
+from tune_advisor.probe.lockstep import Baton
+
+paths, step_s, fail_at, report = json.loads(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+baton = Baton(paths, 30)
+n = 0
+while baton.wait():
+    n += 1
+    if n == fail_at:
+        os._exit(3)
+    time.sleep(3600 if n == -fail_at else step_s)
+    baton.done(step_s)
+with open(report, "w") as f:
+    json.dump(baton.report(), f)
+"""
+STEP_S = 0.002
+
+
+class FakeProbe:
+    """What the conductor needs of runner.Started, for a plain Python child in its own process group."""
+
+    def __init__(self, spec: ProbeSpec, proc: subprocess.Popen):
+        self.spec, self.proc, self.pid = spec, proc, proc.pid
+        self.deadline = time.monotonic() + spec.timeout_s
+        self.timed_out = False
+
+    def kill(self, timed_out: bool = False) -> None:
+        os.killpg(self.pid, signal.SIGKILL)
+        self.timed_out |= timed_out
+
+
+def conduct(tmp_path: Path, protocol: Protocol, first: int = 0, fail_at=(0, 0), timeout_s: float = 30):
+    """Start two fake children in lockstep and conduct them; returns (why, children, reports, seconds taken)."""
+    channels, probes = [], []
+    for side, name in enumerate("ab"):
+        channels.append(lockstep._Channel(tmp_path, name))
+        spec = ProbeSpec(id=name, workload="", settings={"num_workers": 0}, protocol=protocol, timeout_s=timeout_s)
+        proc = subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(channels[-1].paths), str(STEP_S),
+                                 str(fail_at[side]), str(tmp_path / f"{name}.json")], start_new_session=True)
+        probes.append(FakeProbe(spec, proc))
+    pair = lockstep._Pair(probes, channels)
+    started = time.monotonic()
+    try:
+        why = pair.conduct(first)
+        for probe in probes:
+            probe.proc.wait(timeout=30)
+    finally:
+        pair.close()
+        for channel in channels:
+            channel.close()
+        for probe in probes:
+            if probe.proc.poll() is None:
+                probe.kill()
+    took = time.monotonic() - started
+    reports = {name: json.loads((tmp_path / f"{name}.json").read_text()) if (tmp_path / f"{name}.json").exists()
+               else None for name in "ab"}
+    return why, probes, reports, took
+
+
+def turns(reports: dict) -> str:
+    """Who stepped when: the sides' step spans in time order, e.g. "abbaab"; raises if two steps overlapped."""
+    spans = sorted((start, end, name) for name, report in reports.items() for start, end in report["spans"])
+    for (_, end, _), (start, _, _) in zip(spans, spans[1:]):
+        assert end <= start, "two steps ran at the same time"
+    return "".join(name for _, _, name in spans)
+
+
+@pytest.mark.parametrize("protocol, steps, first", [
+    (Protocol(min_steps=5, min_time_s=10 * STEP_S, max_steps=100, max_time_s=10), 10, 0),  # min time: 10 steps
+    (Protocol(min_steps=7, min_time_s=0, max_steps=100, max_time_s=10), 7, 1),  # min steps
+    (Protocol(min_steps=50, min_time_s=1, max_steps=4, max_time_s=10), 4, 0),  # the step cap
+    (Protocol(min_steps=50, min_time_s=1, max_steps=100, max_time_s=5 * STEP_S), 5, 1),  # the time cap, per side
+])
+def test_two_children_take_turns_a_b_b_a_and_stop_together(tmp_path, protocol, steps, first):
+    # GIVEN two children waiting for the baton  WHEN the parent conducts them
+    why, probes, reports, _ = conduct(tmp_path, protocol, first)
+    # THEN both measured the same number of steps, never at the same time, alternating A B, B A, ...
+    assert why == "measured"
+    assert reports["a"]["steps"] == reports["b"]["steps"] == steps
+    a, b = ("a", "b") if first == 0 else ("b", "a")
+    assert turns(reports) == "".join((a + b, b + a)[i % 2] for i in range(steps))
+    # AND both were told to stop and exited by themselves, having waited for each other
+    assert [p.proc.returncode for p in probes] == [0, 0]
+    assert reports["a"]["waited_s"] > 0 and reports["b"]["waited_s"] > 0
+
+
+def test_a_child_that_crashes_mid_round_ends_it_and_the_other_stops_cleanly(tmp_path):
+    # GIVEN a pair whose second child dies in its 4th step
+    protocol = Protocol(min_steps=50, min_time_s=10, max_steps=100, max_time_s=10)
+    why, probes, reports, took = conduct(tmp_path, protocol, fail_at=(0, 4))
+    # THEN the round ends at once, naming the side that ended
+    assert why == "b ended" and took < 10
+    assert probes[1].proc.returncode == 3 and reports["b"] is None
+    # AND the other side was stopped (not killed): it wrote its report with the steps it measured (a b b a a b b)
+    assert probes[0].proc.returncode == 0 and reports["a"]["steps"] == 3
+
+
+def test_a_stuck_step_is_killed_with_its_partner_at_the_wall_clock_limit(tmp_path):
+    # GIVEN a pair whose first child hangs in its 3rd step, and a 2 s limit
+    protocol = Protocol(min_steps=50, min_time_s=10, max_steps=100, max_time_s=10)
+    why, probes, reports, took = conduct(tmp_path, protocol, fail_at=(-3, 0), timeout_s=2)
+    # THEN both process groups are killed as timed out, at the limit: the parent does not hang
+    assert why == "timeout" and 1.5 < took < 6
+    assert [p.timed_out for p in probes] == [True, True]
+    assert [p.proc.returncode for p in probes] == [-signal.SIGKILL, -signal.SIGKILL]
+
+
+def test_a_child_whose_parent_is_gone_fails_instead_of_waiting_forever(tmp_path):
+    # GIVEN FIFOs nobody holds open (the parent died before the child started)
+    paths = {"go": str(tmp_path / "go"), "done": str(tmp_path / "done")}
+    for path in paths.values():
+        os.mkfifo(path)
+    # WHEN the child joins  THEN it fails at once with the reason
+    with pytest.raises(lockstep.LockstepError, match="parent process is gone"):
+        lockstep.Baton(paths, 30)
+
+
+def test_a_child_whose_parent_closes_the_channel_fails(tmp_path):
+    # GIVEN a child that joined, WHEN the parent's ends close (the parent died)
+    channel = lockstep._Channel(tmp_path, "a")
+    baton = lockstep.Baton(channel.paths, 30)
+    channel.close()
+    # THEN waiting for the baton fails with the reason, without waiting
+    with pytest.raises(lockstep.LockstepError, match="closed the lockstep channel"):
+        baton.wait()
+
+
+def test_outside_the_gate_a_probe_has_no_baton():
+    baton = lockstep.baton(ProbeSpec(id="p", workload="x.py", settings={}))
+    assert not baton.active and baton.wait() and baton.idle_s == 0 and baton.report() is None
+
+
+def test_the_gate_pairs_each_round_in_lockstep_and_alternates_who_starts(tmp_path, monkeypatch):
+    # GIVEN the gate's measuring loop with the children faked: pairs and single probes are recorded
+    from tune_advisor.gate import measure as measure_mod
+    from tune_advisor.probe.result import ProbeResult, Status
+
+    calls = []
+
+    def run_pair(specs, workdir, roles, first=0):
+        calls.append(("pair", [s.id for s in specs], roles, first))
+        return [ProbeResult(s.id, s.settings, Status.OK) for s in specs]
+
+    def run_probe(spec, workdir, role=""):
+        calls.append(("single", spec.id, role))
+        return ProbeResult(spec.id, spec.settings, Status.OK)
+
+    monkeypatch.setattr(lockstep, "run_pair", run_pair)
+    monkeypatch.setattr(measure_mod, "run_probe", run_probe)
+    info = SimpleNamespace(path=Path("w.py"))
+    kwargs = dict(device="cpu", protocol=Protocol(), timeout_s=60, workdir=tmp_path)
+    # WHEN two sides are measured in 3 rounds  THEN each round is one pair, the reference moving first every other
+    measured = measure_mod.measure({"reference": (info, {}), "candidate": (info, {})}, 3, **kwargs)
+    roles = ["gate:reference", "gate:candidate"]
+    assert calls == [("pair", [f"reference-{i}", f"candidate-{i}"], roles, first) for i, first in
+                     ((1, 0), (2, 1), (3, 0))]
+    assert [p.id for p in measured["candidate"]] == ["candidate-1", "candidate-2", "candidate-3"]
+    # AND one side (a baseline, or the stored mode) is measured round by round as before
+    calls.clear()
+    measure_mod.measure({"baseline": (info, {})}, 2, **kwargs)
+    assert calls == [("single", "baseline-1", "gate:baseline"), ("single", "baseline-2", "gate:baseline")]
