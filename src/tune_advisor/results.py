@@ -40,32 +40,103 @@ def new_document(command: list[str], environment: dict, workload: dict) -> dict[
 
 
 def write_atomic(path: Path, document: dict[str, Any]) -> None:
-    """Write to a temporary file in the same folder, fsync, then rename over: a kill never leaves half a file."""
+    """Write to a temporary file in the same folder, fsync, then rename over: a kill never leaves half a file.
+
+    A write that fails (full disk, folder gone read-only) leaves the previous file as it was and raises UsageError.
+    """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "w") as f:
             json.dump(document, f, indent=1, allow_nan=False)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}"
+                         + ("; the previous version is kept" if path.exists() else "")) from None
+    finally:
+        if tmp is not None and os.path.exists(tmp):  # only when the rename did not happen
+            os.unlink(tmp)
+
+
+# The top-level keys the tool relies on and the JSON types each may have; probe statuses (probe.result.Status).
+_NULL = type(None)
+_SHAPE: dict[str, tuple[type, ...]] = {
+    "tool": (dict,), "command": (list,), "environment": (dict,), "workload": (dict,), "baseline": (dict, _NULL),
+    "recommended": (dict, _NULL), "speedup": (dict, _NULL), "probes": (list,), "findings": (list,),
+    "notes": (list,), "plan": (dict,), "budget": (dict,), "run": (dict,),
+}
+_STATUSES = ("ok", "oom", "error", "timeout", "crashed", "diverged", "skipped")
 
 
 def read(path: Path) -> dict[str, Any]:
+    """Read and check a results.json. Anything the tool cannot use (not JSON, cut off, a newer schema, keys of the
+    wrong type, a probe without id/settings/status) raises UsageError saying what is wrong, never a traceback."""
     path = Path(path)
     try:
-        document = json.loads(path.read_text())
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: not a readable results.json ({exc})") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not a results.json (not UTF-8 text)") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        why = "it ends early: the file was cut off" if _unclosed(text) else "it was edited by hand or damaged"
+        raise UsageError(f"{path}: not a readable results.json: invalid JSON at line {exc.lineno} column "
+                         f"{exc.colno} ({exc.msg}); {why}") from None
+    except RecursionError:
+        raise UsageError(f"{path}: not a readable results.json: nested too deeply") from None
     version = document.get("schema_version") if isinstance(document, dict) else None
-    if not isinstance(version, int):
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise UsageError(f"{path}: not a tune-advisor results.json (no schema_version)")
     if version > SCHEMA_VERSION:
         raise UsageError(f"{path}: written by a newer tune-advisor (schema {version}; this one reads up to "
                          f"{SCHEMA_VERSION}); upgrade tune-advisor")
+    problem = _shape_problem(document)
+    if problem:
+        raise UsageError(f"{path}: not a usable results.json: {problem}; was it edited by hand?")
     return document
+
+
+def _unclosed(text: str) -> bool:
+    """Whether the text ends inside a string or with brackets still open, as a file cut short does."""
+    depth, in_string, escaped = 0, False, False
+    for ch in text:
+        if escaped:
+            escaped = False
+        elif in_string:
+            escaped, in_string = ch == "\\", ch != '"'
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+    return in_string or depth > 0 or not text.strip()
+
+
+def _shape_problem(document: dict[str, Any]) -> str | None:
+    """What makes the document unusable, or None. Renderers cope with anything inside a probe but these."""
+    if "probes" not in document:
+        return "it has no 'probes' list"
+    for key, types in _SHAPE.items():
+        if key in document and not isinstance(document[key], types):
+            return f"'{key}' must be {' or '.join(map(_kind, types))}, not {_kind(type(document[key]))}"
+    for i, probe in enumerate(document["probes"]):
+        if not isinstance(probe, dict):
+            return f"probes[{i}] must be an object, not {_kind(type(probe))}"
+        if not isinstance(probe.get("id"), str) or not isinstance(probe.get("settings"), dict):
+            return f"probes[{i}] needs a string 'id' and a 'settings' object"
+        if probe.get("status") not in _STATUSES:
+            return f"probes[{i}] ({probe['id']}): status {probe.get('status')!r} is not one of {', '.join(_STATUSES)}"
+    return None
+
+
+def _kind(t: type) -> str:
+    return {dict: "an object", list: "a list", str: "a string", int: "a number", float: "a number",
+            bool: "true/false", _NULL: "null"}.get(t, t.__name__)

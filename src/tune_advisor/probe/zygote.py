@@ -22,6 +22,7 @@ import os
 import select
 import signal
 import sys
+import tempfile
 
 PRELOAD = ("torch", "torch._dynamo", "torch.optim", "torch.utils.data", "numpy", "tune_advisor.probe.child",
            "tune_advisor.probe.apply")
@@ -76,6 +77,7 @@ def _child(request: dict) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.environ.clear()
         os.environ.update(request["env"])
+        tempfile.tempdir = None  # tempfile cached the zygote's folder; the child has a TMPDIR of its own
         log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)

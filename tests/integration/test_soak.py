@@ -1,0 +1,59 @@
+"""Soak: `analyze` on every fixture and every bad fixture in one process leaves nothing behind."""
+
+import os
+import tempfile
+import uuid
+
+import psutil
+
+from tune_advisor import api, rundir
+from tune_advisor.errors import TuneAdvisorError
+from tune_advisor.probe import runner
+
+from ..conftest import BAD, FAST, FIXTURES
+from .test_reliability import tagged_processes
+
+
+def open_fds() -> int:
+    return len(os.listdir(f"/proc/{os.getpid()}/fd"))
+
+
+def test_analyze_on_every_fixture_leaves_no_process_temp_file_or_open_descriptor(tmp_path, monkeypatch):
+    # Temporary files of this process and of every child go to a folder of our own, to be found empty at the end.
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    tag = uuid.uuid4().hex
+    monkeypatch.setenv("TUNE_ADVISOR_TEST_TAG", tag)  # marks every process started from here on
+    files = sorted(FIXTURES.glob("*.py")) + sorted(BAD.iterdir())
+    assert len(files) >= 18
+    fds, outcomes = [], {}
+    for path in files:
+        # Good fixtures: the baseline only. Bad ones: the grid, so their crashing, out-of-memory and hanging
+        # settings run too (and are killed).
+        options = ({"budget": "1s"} if path.parent == FIXTURES else
+                   {"budget": "20s", "strategy": "grid", "probe_timeout": "4s"})
+        try:
+            result = api.analyze(path, out=tmp_path / "out" / path.stem, device="cpu", protocol=FAST,
+                                 profile=False, **options)
+            outcomes[path.name] = sorted({p.status.value for p in result.probes})
+        except TuneAdvisorError as exc:  # the CLI's exit 2: an unusable workload, explained
+            outcomes[path.name] = type(exc).__name__
+        # THEN nothing it started runs on but the pre-warmed zygote, idle, and nothing was orphaned either
+        zygotes = {z.proc.pid for z in runner._zygotes.values()}
+        left = [p for p in psutil.Process().children(recursive=True) if p.pid not in zygotes]
+        assert not left, (path.name, [p.cmdline() for p in left])
+        assert {p.pid for p in tagged_processes(tag)} <= zygotes, path.name
+        fds.append(open_fds())
+    # The loop met the failures it is meant to: crashes, out of memory, hung loader workers, load errors
+    assert "crashed" in outcomes["segfault.py"] and "oom" in outcomes["cpu_oom.py"]
+    assert "timeout" in outcomes["worker_hang.py"] and outcomes["syntax_error.py"] == "WorkloadError"
+    # AND no descriptor leaked from one run to the next (the first run opened the zygote's pipes)
+    assert fds[-1] <= fds[0], fds
+    # AND no temporary file, probe scratch folder, lock or half-written file is left anywhere
+    assert [p.name for p in scratch.iterdir()] in ([], [runner._inductor_cache_dir().rsplit("/", 1)[1]]), \
+        "only torch.compile's cache, kept where torch keeps it"
+    leftovers = [p for p in (tmp_path / "out").rglob("*")
+                 if p.suffix in (".tmp", ".scratch") or p.name in (rundir.LOCK_NAME, ".write-test")]
+    assert not leftovers

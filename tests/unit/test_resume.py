@@ -1,0 +1,126 @@
+"""Resuming an interrupted plan: finished probes are replayed, not run again, and the plan comes out the same."""
+
+import json
+
+import pytest
+
+from tune_advisor import knobs, rundir
+from tune_advisor.errors import UsageError
+from tune_advisor.planner import PlanContext, Session, plan
+from tune_advisor.probe.result import ProbeResult
+
+from ..fakes import FakeClock, FakeRunner
+from .test_planner import CNN, CPU_AMP_ONLY, cnn_rate
+
+
+def run(budget_s=None, finished=None, stop_after=None, calls_before=()):
+    """One plan over the fake CNN. `stop_after`: Ctrl-C when the runner is asked for probe number stop_after + 1.
+    Returns (session, outcome or None, runner, [(saved probe dict, elapsed)])."""
+    runner, clock = FakeRunner(cnn_rate), FakeClock()
+    runner.calls = list(calls_before)  # the fake's jitter is seeded by its call count: continue the count
+    saved = []
+
+    def timed(probe_id, settings, role):
+        if stop_after is not None and len(runner.calls) >= stop_after:
+            raise KeyboardInterrupt
+        result = runner(probe_id, settings, role)
+        clock.now += result.wall_s
+        return result
+
+    def record(result):  # what analyze saves: the probe as results.json has it, and the clock then
+        saved.append((json.loads(json.dumps(result.to_dict())), session.elapsed()))
+
+    session = Session(timed, budget_s, on_probe=record, clock=clock, finished=finished)
+    ctx = PlanContext(baseline=knobs.full_settings({"batch_size": 16}), search={}, workload=CNN,
+                      device=CPU_AMP_ONLY)
+    try:
+        outcome = plan(ctx, session, "adaptive")
+    except KeyboardInterrupt:
+        return session, None, runner, saved
+    session.end_replay()  # as analyze does when the plan is over
+    return session, outcome, runner, saved
+
+
+def reloaded(saved):
+    return [(ProbeResult.from_dict(entry), elapsed) for entry, elapsed in saved]
+
+
+def trace(session):
+    return [(p.id, p.role, knobs.describe(p.settings)) for p in session.probes]
+
+
+@pytest.mark.parametrize("budget_s", [None, 50.0])  # 50 s: the budget ends the search (5 s fake probes)
+def test_a_resumed_plan_runs_only_the_missing_probes_and_ends_as_an_uninterrupted_one(budget_s):
+    whole, expected, whole_runner, _ = run(budget_s)
+    assert expected.speedup is not None and len(whole_runner.calls) > 6
+    assert any("over budget" in u for u in whole.unexplored) == (budget_s is not None)
+    for stop in range(1, len(whole_runner.calls)):
+        # GIVEN a run interrupted while its runner was asked for probe `stop + 1`
+        first, outcome, first_runner, saved = run(budget_s, stop_after=stop)
+        assert outcome is None and len(first_runner.calls) == stop
+        # WHEN it is resumed from what it saved
+        again, outcome, runner, _ = run(budget_s, finished=reloaded(saved), calls_before=first_runner.calls)
+        # THEN only the probes that had not finished run, and the plan is the uninterrupted one, probe for probe
+        assert runner.calls[stop:] == whole_runner.calls[stop:], stop
+        assert trace(again) == trace(whole), stop
+        assert [p.id for p in again.reused] == [p.id for p in first.probes] and not again.discarded
+        assert outcome.recommended.settings == expected.recommended.settings
+        assert outcome.speedup == expected.speedup
+        # AND the budget counts the first run's time plus the resumed one's, as if uninterrupted
+        assert again.elapsed() == pytest.approx(whole.elapsed())
+
+
+def test_resuming_a_finished_run_runs_nothing():
+    whole, expected, _, saved = run()
+    again, outcome, runner, _ = run(finished=reloaded(saved))
+    assert runner.calls == [] and trace(again) == trace(whole) and not again.replaying
+    assert outcome.speedup == expected.speedup
+
+
+def test_a_plan_that_takes_another_path_discards_the_rest_and_numbers_on():
+    # GIVEN a run with no budget interrupted late, resumed with a budget that allows fewer probes
+    _, _, first_runner, saved = run(stop_after=12)
+    again, outcome, runner, _ = run(budget_s=45.0, finished=reloaded(saved), calls_before=first_runner.calls)
+    # THEN the replay stops where the plan differs; the probes not asked for again are discarded
+    assert again.reused and again.discarded and len(again.reused) + len(again.discarded) == len(saved)
+    assert again.probes[len(again.reused)].role != saved[len(again.reused)][0]["role"]
+    # AND the plan goes on live (its confirmation runs), numbering on from the last probe kept
+    assert len(runner.calls) > 12 and outcome.speedup is not None and not again.replaying
+    ids = [p.id for p in again.probes]
+    assert ids == [f"p{i:03d}" for i in range(1, len(ids) + 1)]
+
+
+def space(**changes):
+    base = {"device": "cpu", "baseline": {"batch_size": 16}, "search": {}, "strategy": "adaptive", "seed": 0}
+    return {**base, **changes}
+
+
+def test_resuming_names_what_changed_since_the_interrupted_run(tmp_path):
+    workload = tmp_path / "w.py"
+    workload.write_text("x = 1\n")
+    before = rundir.identity(workload, space())
+    previous = {"run": before, "environment": {"fingerprint": "abc"}, "probes": []}
+    assert rundir.changes(previous, before, "abc") == []
+    workload.write_text("x = 2\n")
+    now = rundir.identity(workload, space(strategy="grid"))
+    found = rundir.changes(previous, now, "def")
+    assert found[0] == "the workload file changed"
+    assert found[1] == 'strategy changed ("adaptive" then, "grid" now)'
+    assert found[2] == "the hardware changed (fingerprint abc then, def now)"
+    assert "older tune-advisor" in rundir.changes({"probes": []}, now, "abc")[0]
+
+
+def test_a_damaged_probe_cannot_be_reused(tmp_path):
+    previous = {"probes": [{"id": "p001", "settings": {}, "status": "ok", "step_time_s": "fast"}]}
+    with pytest.raises(UsageError, match="probe p001 cannot be reused.*Run without --resume"):
+        rundir.finished_probes(previous, tmp_path / "results.json")
+
+
+def test_the_lock_refuses_a_second_holder_and_is_gone_after(tmp_path):
+    with rundir.locked(tmp_path):
+        with pytest.raises(UsageError, match=r"in use by another tune-advisor run \(pid \d+\)"):
+            with rundir.locked(tmp_path):
+                pass
+    assert not (tmp_path / rundir.LOCK_NAME).exists()
+    with rundir.locked(tmp_path):  # free again
+        pass
