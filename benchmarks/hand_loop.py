@@ -1,8 +1,9 @@
 """A plain hand-written training loop, the yardstick for benchmarks/fidelity.py.
 
 Deliberately written without any tune_advisor code: the loop a user would write. Usage:
-    python hand_loop.py WORKLOAD.py '{"batch_size": 32, ...}' STEPS
-prints one JSON line: {"items_per_s": ..., "steps": ...}
+    python hand_loop.py WORKLOAD.py '{"batch_size": 32, ...}' STEPS [STEP_TIMES.json]
+prints one JSON line: {"items_per_s": ..., "steps": ...}; with STEP_TIMES.json, also writes there each measured
+step's (end time on the monotonic clock, items), for benchmarks that line steps up with events in another process.
 """
 
 import contextlib
@@ -16,7 +17,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, IterableDataset
 
 
-def main(path, settings, steps, warmup=3):
+def main(path, settings, steps, warmup=3, times_path=None):
     spec = importlib.util.spec_from_file_location("workload", path)
     wl = importlib.util.module_from_spec(spec)
     sys.modules["workload"] = wl
@@ -54,6 +55,7 @@ def main(path, settings, steps, warmup=3):
 
     it = batches()
     items = 0
+    ends = []
     for step in range(warmup + steps):
         if step == warmup:
             start, items = time.perf_counter(), 0
@@ -64,11 +66,17 @@ def main(path, settings, steps, warmup=3):
         opt.step()
         opt.zero_grad(set_to_none=True)
         loss.item()
-        items += wl.count_items(batch) if hasattr(wl, "count_items") else len(
+        n = wl.count_items(batch) if hasattr(wl, "count_items") else len(
             batch[0] if not isinstance(batch, dict) else next(iter(batch.values())))
+        items += n
+        if step >= warmup:
+            ends.append((time.monotonic(), n))
     elapsed = time.perf_counter() - start
+    if times_path:
+        with open(times_path, "w") as f:
+            json.dump(ends, f)
     print(json.dumps({"items_per_s": items / elapsed, "steps": steps}))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]))
+    main(sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), times_path=sys.argv[4] if len(sys.argv) > 4 else None)

@@ -1,17 +1,21 @@
 """What do the collectors cost the timed steps? (SPEC §4: instrumentation stays far inside the 5% fidelity bar.)
 
-Three measurements, each alternating the variants (A B A B ...) in one run so machine drift hits both alike:
+Three measurements. Shared VMs switch between speed states ~30% apart that last seconds, so comparing two runs
+of a few seconds each measures the machine, not the sampler. Parts 1 and 2 therefore toggle the sampler on and off
+in short slices (a quarter of a second, or ten steps) within ONE training loop, and compare each "on" slice with
+the "off" slice next to it: the median of those paired ratios, with a bootstrap 95% CI over pairs.
 
-1. NVML sampler: a training loop in this process with and without an `NvmlSampler` thread at its real rate
-   (15 Hz). Without a GPU here the sampler reads a fake pynvml (pure Python, so it holds the GIL longer than
-   real NVML's ctypes calls, which release it): the thread's wake-ups and bookkeeping are what is measured.
-   Also the duty cycle: the cost of one sample times the rate.
-2. Memory sampler: the parent's `TreeMemorySampler` watching a training child (benchmarks/hand_loop.py) against
-   the same child unwatched; and its duty cycle.
+1. NVML sampler: a training loop in this process with the `NvmlSampler` thread at its real rate (15 Hz) started
+   and stopped slice by slice. Without a GPU here the sampler reads a fake pynvml (pure Python, so it holds the
+   GIL longer than real NVML's ctypes calls, which release it): the thread's wake-ups and bookkeeping are what is
+   measured. Also the duty cycle: the cost of one sample times the rate.
+2. Memory sampler: a training child (benchmarks/hand_loop.py, recording each step's end on the monotonic clock)
+   whose process tree the parent's `TreeMemorySampler` watches in alternate slices; steps are assigned to slices
+   by time. And its duty cycle.
 3. Profiler: probes with and without `profile=True`. The profiler's extra steps run after the measured ones, so
    the measured throughput must agree, and the measured step count is the protocol's, not five more.
 
-    python benchmarks/overhead.py [--rounds N]
+    python benchmarks/overhead.py [--rounds N]     # N x 8 slice pairs in parts 1-2, N probe rounds in part 3
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
@@ -39,8 +44,8 @@ from tune_advisor.probe.spec import Protocol
 ROOT = Path(__file__).resolve().parents[1]
 # Host-bound (sub-millisecond steps, where a thread's wake-ups would show most) and compute-bound (~45 ms).
 LOOP_WORKLOADS = [ROOT / "tests" / "workloads" / "tiny_mlp.py", ROOT / "fixtures" / "tiny_batch_mlp.py"]
-SECONDS_PER_SLICE = 2.0
-HAND_LOOP_SECONDS = 3.0
+MIN_SLICE_S = 0.25  # a slice lasts this long, or ten steps when steps are longer
+PAIRS = 40  # on/off slice pairs per workload (--rounds N sets N x 8)
 median_step_s: dict[str, float] = {}  # from part 1, to size the hand loops of part 2
 PROBE_PROTOCOL = Protocol(warmup_steps=3, min_steps=20, min_time_s=2.0, max_time_s=10.0)
 
@@ -73,10 +78,20 @@ def pct(a: float, b: float) -> str:
     return f"{(a / b - 1) * 100:+.2f}%"
 
 
+def paired(ratios: list[float]) -> str:
+    """Median of the paired on/off step-time ratios as a percentage change, with a bootstrap 95% CI over pairs."""
+    r = np.log(np.asarray(ratios))
+    rng = np.random.default_rng(0)
+    boot = np.median(r[rng.integers(0, r.size, (4000, r.size))], axis=1)
+    low, high = np.percentile(boot, [2.5, 97.5])
+    return (f"{(np.exp(np.median(r)) - 1) * 100:+.2f}% [{(np.exp(low) - 1) * 100:+.2f}%, "
+            f"{(np.exp(high) - 1) * 100:+.2f}%] over {r.size} pairs")
+
+
 # --- 1. NVML sampler thread ------------------------------------------------------------------------------------
 
 
-def nvml_thread_cost(rounds: int) -> list[str]:
+def nvml_thread_cost(pairs: int) -> list[str]:
     lines = []
     idle = NvmlSampler("cuda", interval_s=3600, nvml=FakeNvml())  # its thread samples once, then sleeps
     idle.start()
@@ -116,46 +131,75 @@ def nvml_thread_cost(rounds: int) -> list[str]:
             opt.zero_grad(set_to_none=True)
             return time.perf_counter() - t
 
-        for _ in range(5):
-            step()  # warm-up
-        times = {"without": [], "with": []}
-        for _ in range(rounds):
-            for variant in ("without", "with"):
+        warm = [step() for _ in range(5)]
+        slice_s = max(MIN_SLICE_S, 10 * statistics.median(warm))
+        ratios, counts, sampled = [], [0, 0], 0
+        for i in range(pairs):
+            means = {}
+            for variant in (("without", "with") if i % 2 == 0 else ("with", "without")):  # ABBA: no first-mover
                 sampler = NvmlSampler("cuda", nvml=FakeNvml()) if variant == "with" else None
                 if sampler:
                     sampler.start()
-                start = time.perf_counter()
-                while time.perf_counter() - start < SECONDS_PER_SLICE:
-                    times[variant].append(step())
+                times, start = [], time.perf_counter()
+                while time.perf_counter() - start < slice_s:
+                    times.append(step())
                 if sampler:
                     sampler.stop()
-                    assert sampler.status == "ok" and sampler.samples
-        a, b = statistics.median(times["without"]), statistics.median(times["with"])
-        median_step_s[name] = a
-        lines.append(f"  {name:<18} median step {a * 1e3:8.3f} ms without, {b * 1e3:8.3f} ms with the NVML thread "
-                     f"({pct(b, a)}; {len(times['without'])} / {len(times['with'])} steps)")
+                    assert sampler.status == "ok"
+                    sampled += len(sampler.samples)
+                means[variant] = statistics.mean(times)
+                counts[variant == "with"] += len(times)
+            ratios.append(means["with"] / means["without"])
+        median_step_s[name] = statistics.median(warm)
+        lines.append(f"  {name:<18} mean step time with the NVML thread vs without: {paired(ratios)} "
+                     f"({slice_s * 1e3:.0f} ms slices; {counts[0]} / {counts[1]} steps; {sampled} NVML samples)")
     return lines
 
 
 # --- 2. memory sampler -----------------------------------------------------------------------------------------
 
 
-def hand_loop(path: Path, watched: bool) -> float:
+def watched_in_slices(path: Path, pairs: int) -> tuple[list[float], float]:
+    """One hand-loop child, its tree watched by the memory sampler in alternate slices; returns the paired
+    watched/unwatched step-time ratios and the slice length."""
+    step_s = median_step_s.get(path.name, 0.05)
+    slice_s = max(MIN_SLICE_S, 10 * step_s)
     settings = {"batch_size": load(path).BASELINE["batch_size"], "num_workers": 0, "channels_last": False,
                 "amp": "off"}
-    steps = max(10, int(HAND_LOOP_SECONDS / median_step_s.get(path.name, 0.05)))
-    proc = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "hand_loop.py"), str(path),
-                             json.dumps(settings), str(steps)], stdout=subprocess.PIPE, text=True)
-    sampler = TreeMemorySampler(proc.pid) if watched else None
-    if sampler:
-        sampler.start()
-    output, _ = proc.communicate()
-    if sampler:
-        sampler.stop()
-    return json.loads(output.strip().splitlines()[-1])["items_per_s"]
+    steps = int((2 * pairs + 6) * slice_s / step_s)  # enough for every slice, with slack for slow steps
+    with tempfile.TemporaryDirectory() as tmp:
+        times_path = Path(tmp) / "steps.json"
+        proc = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "hand_loop.py"), str(path),
+                                 json.dumps(settings), str(steps), str(times_path)], stdout=subprocess.PIPE,
+                                text=True)
+        time.sleep(3 * slice_s + 2.0)  # start-up and warm-up: no slice yet
+        slices = []
+        while proc.poll() is None and len(slices) < 2 * pairs:
+            watched = (len(slices) % 4) in (1, 2)  # off, on, on, off, ...: ABBA
+            sampler = TreeMemorySampler(proc.pid) if watched else None
+            if sampler:
+                sampler.start()
+            begin = time.monotonic()
+            time.sleep(slice_s)
+            if sampler:
+                sampler.stop()
+            slices.append((begin, time.monotonic(), watched))
+        proc.communicate()
+        ends = json.loads(times_path.read_text())
+    # Step durations from consecutive end times; a step belongs to the slice its end falls in.
+    mean_in = []
+    for begin, end, watched in slices:
+        durations = [b - a for (a, _), (b, _) in zip(ends, ends[1:]) if begin <= b < end]
+        mean_in.append((statistics.mean(durations) if durations else None, watched))
+    ratios = []
+    for i in range(0, len(mean_in) - 1, 2):
+        (a, wa), (b, wb) = mean_in[i], mean_in[i + 1]
+        if a and b and wa != wb:
+            ratios.append((a if wa else b) / (b if wa else a))
+    return ratios, slice_s
 
 
-def memory_sampler_cost(rounds: int) -> list[str]:
+def memory_sampler_cost(pairs: int) -> list[str]:
     sampler = TreeMemorySampler(os.getpid())
     n = 2000
     t0 = time.perf_counter()
@@ -166,14 +210,9 @@ def memory_sampler_cost(rounds: int) -> list[str]:
     lines = [f"memory sampler duty cycle: {per_sample * 1e6:.1f} us per sample x {rate:.0f} Hz = "
              f"{per_sample * rate * 100:.4f}% of one core"]
     for path in LOOP_WORKLOADS:
-        name = path.name
-        rates = {"unwatched": [], "watched": []}
-        for _ in range(rounds):
-            for variant in rates:
-                rates[variant].append(hand_loop(path, variant == "watched"))
-        a, b = statistics.median(rates["unwatched"]), statistics.median(rates["watched"])
-        lines.append(f"  {name:<18} hand loop {a:9.1f} samples/s unwatched, {b:9.1f} watched by the memory "
-                     f"sampler ({pct(b, a)} throughput)")
+        ratios, slice_s = watched_in_slices(path, pairs)
+        lines.append(f"  {path.name:<18} hand-loop child, mean step time watched by the memory sampler vs not: "
+                     f"{paired(ratios)} ({slice_s * 1e3:.0f} ms slices)")
     return lines
 
 
@@ -207,14 +246,14 @@ def profiler_exclusion(rounds: int) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    rounds = int(argv[argv.index("--rounds") + 1]) if "--rounds" in argv else 3
-    print(f"torch {torch.__version__}, {os.cpu_count()} cores, {torch.get_num_threads()} threads, {rounds} rounds "
-          "(variants alternated)", flush=True)
-    for title, fn in (("1. NVML sampler thread", nvml_thread_cost), ("2. memory sampler (parent side)",
-                                                                     memory_sampler_cost),
-                      ("3. profiler runs after the measured steps", profiler_exclusion)):
+    rounds = int(argv[argv.index("--rounds") + 1]) if "--rounds" in argv else PAIRS // 8
+    print(f"torch {torch.__version__}, {os.cpu_count()} cores, {torch.get_num_threads()} threads; {rounds * 8} "
+          f"on/off slice pairs (parts 1, 2), {min(rounds, 3)} probe rounds (part 3)", flush=True)
+    for title, fn, n in (("1. NVML sampler thread", nvml_thread_cost, rounds * 8),
+                         ("2. memory sampler (parent side)", memory_sampler_cost, rounds * 8),
+                         ("3. profiler runs after the measured steps", profiler_exclusion, rounds)):
         print(f"\n{title}", flush=True)
-        for line in fn(rounds):
+        for line in fn(n):
             print(line, flush=True)
     return 0
 

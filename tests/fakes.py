@@ -11,7 +11,8 @@ from tune_advisor.probe.result import ProbeResult, Status
 
 class FakeRunner:
     """`rate(settings)` gives samples/s, a Status for a failing configuration, or a dict with `rate` and optionally
-    `wait` (share of each step spent waiting for data) and `memory` (peak bytes; default batch_size MiB).
+    `wait` (share of each step spent waiting for data), `memory` (peak bytes; default batch_size MiB) and `loss`
+    (the per-step losses; by default the same falling curve for every configuration, as a shared seed gives).
     Steps get seeded uniform jitter of ±`jitter` (2% by default)."""
 
     def __init__(self, rate: Callable[[dict[str, Any]], float | Status | dict], steps: int = 30,
@@ -30,7 +31,8 @@ class FakeRunner:
         bs = settings["batch_size"]
         times = (bs / spec["rate"]) * (1 + rng.uniform(-self.jitter, self.jitter, self.steps))
         raw = {"step_s": list(times), "items": [float(bs)] * self.steps,
-               "data_wait_s": list(times * spec.get("wait", 0.0)), "h2d_s": [0.0] * self.steps}
+               "data_wait_s": list(times * spec.get("wait", 0.0)), "h2d_s": [0.0] * self.steps,
+               "loss": list(spec.get("loss", [2.0 - 0.01 * i for i in range(self.steps)]))}
         return ProbeResult(probe_id, settings, Status.OK, raw=raw, role=role, wall_s=self.wall_s,
                            peak_memory_bytes=spec.get("memory", bs * 2**20))
 

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import re
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from . import environment, knobs, results, rules
+from . import environment, executors, knobs, results, rules, rundir
+from .distributed import launch
 from .collectors import designate, flops
 from . import workload as workload_mod
 from .errors import UsageError, WorkloadError
@@ -106,12 +109,15 @@ def device_facts(device: str) -> knobs.DeviceFacts:
     import torch
 
     if device.startswith("cuda"):
-        return knobs.DeviceFacts("cuda", torch.cuda.get_device_name(torch.device(device)),
-                                 torch.cuda.is_bf16_supported())
+        dev = torch.device(device)
+        return knobs.DeviceFacts("cuda", torch.cuda.get_device_name(dev), torch.cuda.is_bf16_supported(),
+                                 tf32=torch.cuda.get_device_capability(dev) >= (8, 0),
+                                 compile_unavailable=environment.compile_unavailable("cuda"))
     # CPU autocast always offers bf16, but it is fast only with native bf16 instructions; the planner measures it
     # either way and uses this only to order the knobs.
     fast_bf16 = bool({"avx512_bf16", "amx_bf16"} & set(environment.cpu_flags()))
-    return knobs.DeviceFacts("cpu", environment.cpu_model(), fast_bf16)
+    return knobs.DeviceFacts("cpu", environment.cpu_model(), fast_bf16,
+                             compile_unavailable=environment.compile_unavailable("cpu"))
 
 
 def default_out_dir(path: str | Path) -> Path:
@@ -129,15 +135,49 @@ def prepare_out_dir(out: Path) -> Path:
     return out
 
 
+@contextlib.contextmanager
+def _file_errors():
+    """A full disk or a folder gone read-only while the run writes its files: a clear message, not a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:  # not a file's problem (a pipe, a process): a bug to see whole
+            raise
+        raise UsageError(f"{exc.filename}: {exc.strerror or exc}") from None
+
+
+def _previous_run(results_path: Path, notice: Callable[[str], None]) -> dict[str, Any] | None:
+    """The results.json an interrupted run left, for --resume (UsageError when it is unreadable)."""
+    if not results_path.exists():
+        notice(f"--resume: {results_path} does not exist, so there is nothing to resume: starting afresh")
+        return None
+    previous = results.read(results_path)
+    state = previous.get("run", {}).get("state", "unknown")
+    verb = "had finished" if state == "complete" else "was interrupted" if state == "interrupted" else "was stopped"
+    n = len(previous["probes"])
+    notice(f"--resume: the run in {results_path.parent} {verb}; its {n} finished probe{'s' if n != 1 else ''} "
+           f"{'are' if n != 1 else 'is'} reused, not run again")
+    return previous
+
+
 def analyze(path: str | Path, *, out: str | Path | None = None, device: str = "auto",
             budget: str | float | None = DEFAULT_BUDGET_S, probe_timeout: str | float = DEFAULT_PROBE_TIMEOUT_S,
             max_memory: str | int | None = None, protocol: Protocol | None = None, seed: int = 0,
             strategy: str = "adaptive", select: list[str] | None = None, ignore: list[str] | None = None,
             profile: bool = True, command: list[str] | None = None,
+            nproc_per_node: int = 1, nnodes: int = 1, rdzv_endpoint: str | None = None,
+            executor: str = "local", ray_address: str | None = None,
             on_probe: Callable[[ProbeResult, Session], None] | None = None,
             on_start: Callable[[Inspection, Session], None] | None = None,
-            on_probe_start: Callable[[str, dict, str], None] | None = None) -> AnalysisResult:
-    """Plan and run probes for the workload file at `path`; write results.json; return the typed result."""
+            on_probe_start: Callable[[str, dict, str], None] | None = None,
+            resume: bool = False, on_notice: Callable[[str], None] | None = None) -> AnalysisResult:
+    """Plan and run probes for the workload file at `path`; write results.json; return the typed result.
+
+    One run at a time per output folder (a lock; a second gets UsageError). Ctrl-C (KeyboardInterrupt) stops the
+    running probe, saves what finished as results.json and reports, and re-raises. `resume`: continue the run
+    that `out` holds, reusing its finished probes; refused (UsageError) when the workload file, the settings space
+    or the hardware changed since. `on_notice` receives messages about resuming.
+    """
     started = time.monotonic()  # the budget covers the whole analysis, inspecting the workload included
     if strategy not in STRATEGIES:
         raise UsageError(f"--strategy {strategy}: expected one of {', '.join(STRATEGIES)}")
@@ -145,70 +185,133 @@ def analyze(path: str | Path, *, out: str | Path | None = None, device: str = "a
     budget_s = parse_duration(budget)
     timeout_s = parse_duration(probe_timeout)
     out_dir = prepare_out_dir(Path(out) if out else default_out_dir(path))
-    device = environment.resolve_device(device)
-    info = inspect(path, device, out_dir / "probes")
-    protocol = protocol or Protocol()
-
-    import psutil
-
-    memory_budget = parse_bytes(max_memory)
-    if memory_budget is None and device == "cpu":
-        memory_budget = int(0.8 * psutil.virtual_memory().available)  # past this the OOM killer takes the machine
-
-    document = results.new_document(command or sys.argv, environment.collect(device), {
-        "path": str(path), "model_class": info.facts.model_class, "parameters": info.facts.parameters,
-        "facts": vars(info.facts), "item_name": info.item_name, "search": info.search})
-    document["budget"].update(limit_s=budget_s, memory_budget_bytes=memory_budget)
-    # The roofline for MFU: measured once per machine and cached; children only read the cache. That one-time
-    # calibration of the machine is not part of this analysis's budget.
-    calibrating = time.monotonic()
-    peaks, peaks_status = flops.ensure_peaks(device)
-    started += time.monotonic() - calibrating
-    document["environment"]["peaks"] = {"status": peaks_status, "flops_per_s": peaks}
-    profiled = designate.ProfilePolicy(enabled=profile)  # the baseline and the recommended settings
+    notice = on_notice or (lambda message: None)
     results_path = out_dir / "results.json"
-    results.write_atomic(results_path, document)
+    with rundir.locked(out_dir), _file_errors():
+        rundir.remove_temp_files(out_dir)
+        previous = _previous_run(results_path, notice) if resume else None
+        finished = rundir.finished_probes(previous, results_path) if previous else []
+        device = environment.resolve_device(device)
+        layout = launch.check(nproc_per_node, nnodes, rdzv_endpoint, device)  # DDP probes through torchrun, or None
+        pool = executors.create(executor, ray_address, device)  # None: probes run here, one at a time
+        info = inspect(path, device, out_dir / "probes")
+        protocol = protocol or Protocol()
 
-    def runner(probe_id: str, settings: dict[str, Any], role: str) -> ProbeResult:
-        if on_probe_start:
-            on_probe_start(probe_id, settings, role)
-        spec = ProbeSpec(id=probe_id, workload=str(info.path), settings=settings, device=device,
-                         protocol=protocol, timeout_s=timeout_s, seed=seed, profile=profiled(role))
-        return run_probe(spec, out_dir / "probes", role=role)
+        import psutil
 
-    def record(result: ProbeResult) -> None:
-        document["probes"].append(result.to_dict())
+        memory_budget = parse_bytes(max_memory)
+        run_id = rundir.identity(info.path, {
+            "device": device, "baseline": info.baseline, "search": info.search, "strategy": strategy,
+            "protocol": dataclasses.asdict(protocol), "seed": seed, "max_memory_bytes": memory_budget,
+            "distributed": layout})
+        if memory_budget is None and previous:  # the default depends on free memory: keep the one planned with
+            memory_budget = previous.get("budget", {}).get("memory_budget_bytes")
+        if memory_budget is None and device == "cpu":
+            memory_budget = int(0.8 * psutil.virtual_memory().available)  # past this the OOM killer takes the machine
+
+        document = results.new_document(command or sys.argv, environment.collect(device), {
+            "path": str(path), "model_class": info.facts.model_class, "parameters": info.facts.parameters,
+            "facts": vars(info.facts), "item_name": info.item_name, "search": info.search})
+        document["budget"].update(limit_s=budget_s, memory_budget_bytes=memory_budget)
+        document["execution"] = {"executor": executor, "distributed": layout}
+        document["run"] = {"state": "running", **run_id, "resumed": []}
+        if previous is not None:
+            changed = rundir.changes(previous, run_id, document["environment"]["fingerprint"])
+            if changed:
+                raise UsageError(f"--resume: cannot continue the run in {out_dir}: {'; '.join(changed)}, so its "
+                                 "probes do not measure this one. Run without --resume to start afresh (replacing "
+                                 "its results), or choose another folder with -o")
+            earlier = previous.get("run", {}).get("resumed")
+            document["run"]["resumed"] = list(earlier) if isinstance(earlier, list) else []
+        saved = {id(result): entry for result, _, entry in finished}  # replayed probes are saved as they were
+        # The roofline for MFU: measured once per machine and cached; children only read the cache. That one-time
+        # calibration of the machine is not part of this analysis's budget.
+        calibrating = time.monotonic()
+        peaks, peaks_status = flops.ensure_peaks(device)
+        started += time.monotonic() - calibrating
+        document["environment"]["peaks"] = {"status": peaks_status, "flops_per_s": peaks}
+        profiled = designate.ProfilePolicy(enabled=profile)  # the baseline and the recommended settings
+        if not finished:  # when resuming, the file on disk keeps every finished probe until the replay is over
+            results.write_atomic(results_path, document)
+
+        def make_spec(probe_id: str, settings: dict[str, Any], role: str) -> ProbeSpec:
+            if on_probe_start:
+                on_probe_start(probe_id, settings, role)
+            return ProbeSpec(id=probe_id, workload=str(info.path), settings=settings, device=device,
+                             protocol=protocol, timeout_s=timeout_s, seed=seed, profile=profiled(role),
+                             distributed=layout)
+
+        def runner(probe_id: str, settings: dict[str, Any], role: str) -> ProbeResult:
+            spec = make_spec(probe_id, settings, role)
+            return pool.run(spec, out_dir / "probes", role) if pool else run_probe(spec, out_dir / "probes", role=role)
+
+        if pool:  # independent probes (the grid) go out together; Session.run_many records each as it finishes
+            runner.many = lambda jobs: pool.many([(make_spec(*job), job[2]) for job in jobs], out_dir / "probes")
+            runner.width = pool.width
+
+        def record(result: ProbeResult) -> None:
+            entry = saved.get(id(result)) or {**result.to_dict(), "elapsed_s": round(session.elapsed(), 3)}
+            document["probes"].append(entry)
+            document["budget"].update(used_s=round(session.elapsed(), 3), probes_run=len(session.probes),
+                                      unexplored=list(session.unexplored))
+            if not session.replaying:
+                results.write_atomic(results_path, document)
+            if on_probe:
+                on_probe(result, session)
+
+        def note_resume() -> None:
+            if previous is not None:
+                document["run"]["resumed"].append({"reused": [p.id for p in session.reused],
+                                                   "discarded": [p.id for p in session.discarded]})
+
+        session = Session(runner, budget_s, on_probe=record, started=started,
+                          finished=[(result, elapsed) for result, elapsed, _ in finished])
+        if on_start:
+            on_start(info, session)
+        ctx = PlanContext(baseline=info.baseline, search=info.search, workload=info.facts,
+                          device=replace(device_facts(device), world_size=launch.world_size(layout)),
+                          memory_budget_bytes=memory_budget)
+        try:
+            outcome = plan(ctx, session, strategy)
+        except KeyboardInterrupt:  # the running probe's group is killed already (probe.runner); keep what finished
+            if not session.replaying:  # mid-replay the file on disk still holds every finished probe
+                document["run"]["state"] = "interrupted"
+                note_resume()
+                document["notes"] = [f"interrupted after {len(session.probes)} probes, before a recommendation; "
+                                     "`tune-advisor analyze --resume` continues the run"]
+                results.write_atomic(results_path, document)
+                write_reports(document, out_dir)  # a second Ctrl-C may cut this short: results.json is saved
+            raise
+        finally:
+            if pool:
+                pool.close()
+        session.end_replay()
+        if session.discarded:
+            outcome.notes.append(f"resumed: the plan left the interrupted run's path at {session.discarded[0].id} "
+                                 f"(e.g. a different budget), so {len(session.discarded)} of its probes were not "
+                                 "reused")
+        note_resume()
+        document["run"]["state"] = "complete"
+
+        document["baseline"] = outcome.baseline.to_dict()
+        document["recommended"] = outcome.recommended.to_dict()
+        document["speedup"] = outcome.speedup
+        document["notes"] = outcome.notes
+        document["plan"] = outcome.plan_summary()
+        document["findings"] = rules.evaluate(document, select, ignore)
         document["budget"].update(used_s=round(session.elapsed(), 3), probes_run=len(session.probes),
-                                  unexplored=list(session.unexplored))
+                                  unexplored=list(outcome.unexplored))
         results.write_atomic(results_path, document)
-        if on_probe:
-            on_probe(result, session)
-
-    session = Session(runner, budget_s, on_probe=record, started=started)
-    if on_start:
-        on_start(info, session)
-    ctx = PlanContext(baseline=info.baseline, search=info.search, workload=info.facts,
-                      device=device_facts(device), memory_budget_bytes=memory_budget)
-    outcome = plan(ctx, session, strategy)
-
-    document["baseline"] = outcome.baseline.to_dict()
-    document["recommended"] = outcome.recommended.to_dict()
-    document["speedup"] = outcome.speedup
-    document["notes"] = outcome.notes
-    document["plan"] = outcome.plan_summary()
-    document["findings"] = rules.evaluate(document, select, ignore)
-    document["budget"].update(used_s=round(session.elapsed(), 3), probes_run=len(session.probes),
-                              unexplored=list(outcome.unexplored))
-    results.write_atomic(results_path, document)
-    write_reports(document, out_dir)
-    return AnalysisResult(outcome.baseline, outcome.recommended, outcome.speedup, outcome.probes, outcome.notes,
-                          outcome.unexplored, out_dir, document)
+        write_reports(document, out_dir)
+        return AnalysisResult(outcome.baseline, outcome.recommended, outcome.speedup, outcome.probes, outcome.notes,
+                              outcome.unexplored, out_dir, document)
 
 
 def probe(path: str | Path, settings: dict[str, Any] | None = None, *, device: str = "auto",
           probe_timeout: str | float = DEFAULT_PROBE_TIMEOUT_S, protocol: Protocol | None = None,
-          seed: int = 0, workdir: str | Path | None = None,
-          profile: bool = False) -> tuple[Inspection, ProbeResult]:
+          seed: int = 0, workdir: str | Path | None = None, profile: bool = False,
+          nproc_per_node: int = 1, nnodes: int = 1,
+          rdzv_endpoint: str | None = None) -> tuple[Inspection, ProbeResult]:
     """Measure one configuration: the file's BASELINE overlaid with `settings` (`profile`: run torch.profiler on
     a few extra steps afterwards)."""
     try:
@@ -216,18 +319,21 @@ def probe(path: str | Path, settings: dict[str, Any] | None = None, *, device: s
     except ValueError as exc:
         raise UsageError(f"--set: {exc}") from None
     device = environment.resolve_device(device)
+    layout = launch.check(nproc_per_node, nnodes, rdzv_endpoint, device)
     if workdir is None:  # nothing to keep: the probe's files go to a folder removed afterwards
         with tempfile.TemporaryDirectory(prefix="tune-advisor-probe-") as tmp:
             return probe(path, settings, device=device, probe_timeout=probe_timeout, protocol=protocol, seed=seed,
-                         workdir=tmp, profile=profile)
+                         workdir=tmp, profile=profile, nproc_per_node=nproc_per_node, nnodes=nnodes,
+                         rdzv_endpoint=rdzv_endpoint)
     workdir = Path(workdir)
     info = inspect(path, device, workdir)
     full = {**info.baseline, **overrides}
     for name, value in overrides.items():
-        reason = knobs.not_applicable(name, value, info.facts, device_facts(device))
+        facts = replace(device_facts(device), world_size=launch.world_size(layout))
+        reason = knobs.not_applicable(name, value, info.facts, facts, full)
         if reason:
             raise UsageError(f"--set {name}={value}: {reason}")
     spec = ProbeSpec(id="probe", workload=str(info.path), settings=full, device=device,
                      protocol=protocol or Protocol(), timeout_s=parse_duration(probe_timeout), seed=seed,
-                     profile=profile)
+                     profile=profile, distributed=layout)
     return info, run_probe(spec, workdir, role="probe")

@@ -34,6 +34,22 @@ def cpu_flags() -> list[str]:
     return []
 
 
+def compile_unavailable(device_type: str) -> str | None:
+    """Why torch.compile's default backend (inductor) cannot build kernels here, or None when it can.
+
+    Inductor writes C++ for the CPU (a compiler is needed) and Triton for CUDA GPUs.
+    """
+    import importlib.util
+    import shutil
+
+    if device_type == "cuda":
+        return None if importlib.util.find_spec("triton") else "torch.compile needs triton for CUDA (not installed)"
+    compilers = [os.environ["CXX"]] if os.environ.get("CXX") else ["g++", "c++", "clang++"]
+    if any(shutil.which(c) for c in compilers):
+        return None
+    return f"torch.compile needs a C++ compiler on the CPU ({' or '.join(compilers)} not found)"
+
+
 def resolve_device(requested: str) -> str:
     """'auto' -> 'cuda' when torch sees a GPU, else 'cpu'."""
     import re

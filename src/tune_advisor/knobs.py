@@ -34,7 +34,8 @@ class Knob:
         elif self.type is int:
             if isinstance(value, bool):
                 pass  # True is an int to Python, never a batch size to us
-            elif isinstance(value, int) or (isinstance(value, str) and value.strip().lstrip("-").isdigit()):
+            # isdecimal, not isdigit: int() refuses digits like "²" (found by the property tests)
+            elif isinstance(value, int) or (isinstance(value, str) and value.strip().removeprefix("-").isdecimal()):
                 number = int(value)
                 if self.minimum is None or number >= self.minimum:
                     return number
@@ -66,6 +67,28 @@ KNOBS: dict[str, Knob] = {
              candidates=(True,)),
         Knob("checkpointing", bool, False, "gradient checkpointing of repeated blocks (trades compute for memory)",
              candidates=(True,)),
+        # max-autotune compiles for minutes and reduce-overhead adds CUDA graphs: SEARCH can name them.
+        Knob("compile", str, "off", "torch.compile of the model (compile time is measured apart and amortised)",
+             choices=("off", "default", "reduce-overhead", "max-autotune"), candidates=("default",)),
+        Knob("matmul_precision", str, "highest", "torch.set_float32_matmul_precision for float32 matmuls (high: "
+                                                 "TF32 on Ampere+ GPUs; medium: bf16 inside, also on bf16 CPUs)",
+             choices=("highest", "high", "medium"), candidates=("high", "medium")),
+        Knob("persistent_workers", bool, False, "keep DataLoader workers alive across epochs (num_workers > 0)",
+             candidates=(True,)),
+        Knob("prefetch_factor", int, 2, "batches each DataLoader worker loads ahead (num_workers > 0)", minimum=1,
+             candidates=(4,)),
+        Knob("optimizer_impl", str, "default", "the optimizer's implementation: per-parameter loop, foreach "
+                                               "(batched), or fused kernels", choices=("default", "foreach", "fused"),
+             candidates=("foreach", "fused")),
+        # distributed (DDP; apply only under --nproc-per-node > 1)
+        Knob("ddp_bucket_cap_mb", int, 25, "DDP gradient bucket size in MiB (all-reduce granularity)", minimum=1,
+             candidates=(5, 100)),
+        Knob("gradient_as_bucket_view", bool, False, "DDP gradients as views into the all-reduce buckets (saves a "
+                                                     "copy and memory)", candidates=(True,)),
+        Knob("static_graph", bool, False, "DDP static_graph: the same parameters are used every step",
+             candidates=(True,)),
+        Knob("ddp_backend", str, "auto", "torch.distributed backend (auto: NCCL on CUDA, gloo on the CPU)",
+             choices=("auto", "nccl", "gloo")),
     ]
 }
 
@@ -119,10 +142,38 @@ def full_settings(partial: Mapping[str, Any] | None = None) -> dict[str, Any]:
     return settings
 
 
+def batch_change_note(old: int, new: int, dataset_len: int | None = None) -> str:
+    """What changing batch_size from `old` to `new` does to the optimisation, and how to keep or adapt to it.
+
+    Throughput is compared per sample, but an optimiser step then averages over a different number of samples.
+    """
+    k = new / old
+    steps = f"; {-(-dataset_len // old):,} → {-(-dataset_len // new):,} optimizer steps per epoch" if dataset_len else ""
+    text = f"batch_size {old} → {new}: each optimizer step averages {k:g}x the samples{steps}. "
+    if new > old:
+        text += (f"Scale the learning rate about {k:g}x (linear rule, SGD) or {k ** 0.5:.3g}x (square root, "
+                 f"Adam-style) with a warm-up, and re-check convergence")
+        if new % old == 0:
+            text += (f"; if you already accumulate gradients over n micro-batches of {old}, accumulate n/{new // old} "
+                     f"of {new} to keep your effective batch of {old}·n")
+        return text + "."
+    if old % new == 0:
+        return text + (f"To keep your effective batch of {old}, accumulate gradients over {old // new} "
+                       f"micro-batches of {new} (loss / {old // new}, one optimizer step per {old // new}).")
+    return text + f"Scale the learning rate about {k:.3g}x, or accumulate gradients to an effective batch near {old}."
+
+
 def describe(settings: Mapping[str, Any], base: Mapping[str, Any] | None = None) -> str:
     """Short text of the settings (only those differing from `base` when given)."""
     items = [(k, v) for k, v in settings.items() if base is None or base.get(k) != v]
     return ", ".join(f"{k}={_text(v)}" for k, v in items) or "(baseline)"
+
+
+def brief(settings: Mapping[str, Any]) -> str:
+    """Settings as people state them: batch size and loader workers, then only the knobs away from their default."""
+    always = ("batch_size", "num_workers")
+    shown = {k: v for k, v in settings.items() if k in always or (k in KNOBS and v != KNOBS[k].default)}
+    return describe(shown)
 
 
 def _text(value: Any) -> str:
@@ -137,6 +188,9 @@ class DeviceFacts:
     type: str  # "cpu" or "cuda"
     name: str = ""
     bf16_supported: bool = True  # CUDA: torch.cuda.is_bf16_supported(); CPU: native bf16 (autocast works anyway)
+    tf32: bool = False  # CUDA compute capability >= 8.0 (Ampere+), where matmul_precision=high means TF32
+    compile_unavailable: str | None = None  # why torch.compile cannot run here (no C++ compiler, no triton)
+    world_size: int = 1  # processes of a DDP probe (--nproc-per-node x --nnodes)
 
 
 @dataclass(frozen=True)
@@ -151,13 +205,22 @@ class WorkloadFacts:
     iterable_dataset: bool = False
     dataset_len: int | None = None
     batch_kind: str = ""
+    optimizer_class: str = ""
+    optimizer_impls: tuple = ()  # "foreach"/"fused" when the workload's optimizer was built with them here
     extra: dict = field(default_factory=dict)
 
 
-def not_applicable(name: str, value: Any, workload: WorkloadFacts, device: DeviceFacts) -> str | None:
-    """Why setting knob `name` to `value` cannot apply here, or None when it can."""
+LOADER_KNOBS = ("persistent_workers", "prefetch_factor")  # DataLoader arguments that exist only with workers
+DDP_KNOBS = ("ddp_bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "ddp_backend")
+
+
+def not_applicable(name: str, value: Any, workload: WorkloadFacts, device: DeviceFacts,
+                   settings: Mapping[str, Any] | None = None) -> str | None:
+    """Why setting knob `name` to `value` cannot apply here (alongside `settings`, when given), or None."""
     if value == KNOBS[name].default:
         return None  # the default (off) always applies
+    if name in LOADER_KNOBS and settings is not None and not settings.get("num_workers"):
+        return "not applicable: num_workers=0 (no loader workers)"
     cuda = device.type == "cuda"
     if name in ("pin_memory", "cudnn_benchmark") and not cuda:
         return "not applicable: no CUDA device"
@@ -170,4 +233,23 @@ def not_applicable(name: str, value: Any, workload: WorkloadFacts, device: Devic
         return "not applicable: no convolution layers"
     if name == "checkpointing" and not (workload.hf_checkpointing or workload.repeated_blocks):
         return "not applicable: no repeated blocks to checkpoint"
+    if name == "compile":
+        if device.compile_unavailable:
+            return f"not applicable: {device.compile_unavailable}"
+        if value == "reduce-overhead" and not cuda:
+            return "not applicable: reduce-overhead adds CUDA graphs, which need a CUDA device"
+    if name == "matmul_precision":
+        if cuda and not device.tf32:
+            return "not applicable: reduced-precision float32 matmuls need compute capability 8.0 or newer (Ampere+)"
+        if not cuda and value == "high":
+            return "not applicable: TF32 is a CUDA feature; on the CPU `high` computes as `highest`"
+        if not cuda and not device.bf16_supported:
+            return "not applicable: this CPU has no native bf16 (avx512_bf16/AMX) for bf16 matmuls"
+    if name in DDP_KNOBS and device.world_size <= 1:
+        return "not applicable: a single process (DDP knobs need --nproc-per-node 2 or more)"
+    if name == "ddp_backend" and value == "nccl" and not cuda:
+        return "not applicable: NCCL needs CUDA devices (gloo runs on the CPU)"
+    if name == "optimizer_impl" and value not in workload.optimizer_impls:
+        return (f"not applicable: {workload.optimizer_class or 'the optimizer'} cannot be built with "
+                f"{value}=True here")
     return None

@@ -46,3 +46,78 @@ def test_items_are_counted_by_count_items(tmp_path):
     _, result = api.probe(WORKLOADS / "tiny_hf.py", {}, device="cpu", protocol=FAST, workdir=tmp_path)
     assert result.unit == "tokens/s"
     assert set(result.items) == {4 * 16}  # batch 4 x 16 tokens
+
+
+def test_loader_and_optimizer_knobs_are_applied(tmp_path):
+    _, result = api.probe(WORKLOADS / "tiny_mlp.py", {"num_workers": 2, "persistent_workers": True,
+                                                      "prefetch_factor": 4, "optimizer_impl": "fused"},
+                          device="cpu", protocol=FAST, workdir=tmp_path)
+    assert result.ok, result.error
+    facts = result.applied
+    assert facts["persistent_workers"] is True and facts["prefetch_factor"] == 4
+    assert facts["optimizer"] == {"class": "AdamW", "foreach": False, "fused": True}
+    # AND warm-up drains the deeper queue: 2 workers x 4 batches each
+    assert result.extra["warmup_steps"] == 8
+
+
+def test_matmul_precision_is_set_in_the_child(tmp_path):
+    # `high` is not applicable on a CPU (no TF32), so the probe runs with it through the runner directly
+    from tune_advisor import knobs
+    from tune_advisor.probe.runner import run_probe
+    from tune_advisor.probe.spec import ProbeSpec
+
+    spec = ProbeSpec(id="p1", workload=str(WORKLOADS / "tiny_mlp.py"), device="cpu", protocol=FAST,
+                     settings=knobs.full_settings({"batch_size": 16, "matmul_precision": "high"}))
+    result = run_probe(spec, tmp_path)
+    assert result.ok, result.error
+    assert result.applied["matmul_precision"] == "high"
+
+
+def test_compile_time_is_measured_apart_from_the_timed_steps(tmp_path):
+    _, result = api.probe(WORKLOADS / "tiny_mlp.py", {"compile": "default"}, device="cpu", protocol=FAST,
+                          workdir=tmp_path)
+    assert result.ok, result.error
+    stats = result.extra["compile"]
+    assert stats["mode"] == "default" and stats["graphs"] >= 1
+    # the first (compiling) step is far slower than the steady ones, and none of them is among the timed steps
+    steady = sorted(result.step_s)[len(result.step_s) // 2]
+    assert stats["first_step_s"] > 10 * steady and stats["compile_s"] > 0.5 * stats["first_step_s"]
+    assert max(result.step_s) < stats["first_step_s"]
+    assert stats["recompiles_measured"] == 0
+    assert result.applied["compute_dtypes"] is None  # no hooks inside a compiled model
+
+
+def test_varying_input_shapes_make_compile_recompile(tmp_path):
+    _, result = api.probe(WORKLOADS / "tiny_varlen.py", {"compile": "default"}, device="cpu", protocol=FAST,
+                          workdir=tmp_path)
+    assert result.ok, result.error
+    stats = result.extra["compile"]
+    assert stats["recompiles_warmup"] + stats["recompiles_measured"] >= 1
+    assert result.extra["distinct_input_shapes"] > 1
+
+
+def test_a_compile_failure_is_a_probe_error_with_its_cause(tmp_path, monkeypatch):
+    # GIVEN a C++ compiler that does not exist (the zygote restarts with this environment)
+    from tune_advisor import knobs
+    from tune_advisor.probe.runner import run_probe
+    from tune_advisor.probe.spec import ProbeSpec
+
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
+    spec = ProbeSpec(id="p1", workload=str(WORKLOADS / "tiny_mlp.py"), device="cpu", protocol=FAST,
+                     settings=knobs.full_settings({"batch_size": 16, "compile": "default"}))
+    # WHEN the probe compiles
+    result = run_probe(spec, tmp_path)
+    # THEN it is an error naming torch.compile, not a crash of the analysis
+    assert result.status.value == "error"
+    assert result.error.startswith("torch.compile failed:"), result.error
+
+
+def test_knobs_that_cannot_apply_here_are_refused_before_any_probe(tmp_path, monkeypatch):
+    from tune_advisor.errors import UsageError
+
+    with pytest.raises(UsageError, match="prefetch_factor=4: not applicable: num_workers=0"):
+        api.probe(WORKLOADS / "tiny_mlp.py", {"prefetch_factor": 4}, device="cpu", protocol=FAST, workdir=tmp_path)
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
+    with pytest.raises(UsageError, match="compile=default: not applicable: torch.compile needs a C"):
+        api.probe(WORKLOADS / "tiny_mlp.py", {"compile": "default"}, device="cpu", protocol=FAST,
+                  workdir=tmp_path)

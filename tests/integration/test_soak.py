@@ -3,6 +3,7 @@
 import os
 import tempfile
 import uuid
+from pathlib import Path
 
 import psutil
 
@@ -24,6 +25,10 @@ def test_analyze_on_every_fixture_leaves_no_process_temp_file_or_open_descriptor
     scratch.mkdir()
     monkeypatch.setenv("TMPDIR", str(scratch))
     monkeypatch.setattr(tempfile, "tempdir", None)
+    def probe_scratch() -> set:  # per-probe folders: under the temporary folder, or /tmp when its path is long
+        return {p for base in {runner.scratch_base(), "/tmp"} for p in Path(base).glob(runner.SCRATCH_PREFIX + "*")}
+
+    scratch_before = probe_scratch()
     tag = uuid.uuid4().hex
     monkeypatch.setenv("TUNE_ADVISOR_TEST_TAG", tag)  # marks every process started from here on
     files = sorted(FIXTURES.glob("*.py")) + sorted(BAD.iterdir())
@@ -54,6 +59,7 @@ def test_analyze_on_every_fixture_leaves_no_process_temp_file_or_open_descriptor
     # AND no temporary file, probe scratch folder, lock or half-written file is left anywhere
     assert [p.name for p in scratch.iterdir()] in ([], [runner._inductor_cache_dir().rsplit("/", 1)[1]]), \
         "only torch.compile's cache, kept where torch keeps it"
+    assert probe_scratch() <= scratch_before, "every probe's scratch folder was removed"
     leftovers = [p for p in (tmp_path / "out").rglob("*")
                  if p.suffix in (".tmp", ".scratch") or p.name in (rundir.LOCK_NAME, ".write-test")]
     assert not leftovers

@@ -55,6 +55,13 @@ def test_full_settings_fills_every_knob_with_defaults():
     ("amp", "bf16", MLP, CUDA, "no bf16 support"),
     ("channels_last", True, MLP, CPU, "no convolution layers"),
     ("checkpointing", True, MLP, CPU, "no repeated blocks to checkpoint"),
+    ("compile", "reduce-overhead", MLP, CPU, "CUDA graphs, which need a CUDA device"),
+    ("compile", "default", MLP, DeviceFacts("cpu", compile_unavailable="no C++ compiler"), "no C++ compiler"),
+    ("matmul_precision", "high", MLP, CPU, "TF32 is a CUDA feature"),
+    ("matmul_precision", "medium", MLP, DeviceFacts("cpu", bf16_supported=False), "no native bf16"),
+    ("matmul_precision", "high", MLP, CUDA, "compute capability 8.0"),
+    ("optimizer_impl", "fused", WorkloadFacts(optimizer_class="RMSprop", optimizer_impls=("foreach",)), CPU,
+     "RMSprop cannot be built with fused=True"),
 ])
 def test_not_applicable_says_why(name, value, workload, device, reason):
     assert reason in knobs.not_applicable(name, value, workload, device)
@@ -64,6 +71,12 @@ def test_not_applicable_says_why(name, value, workload, device, reason):
     ("amp", "bf16", MLP, CPU), ("channels_last", True, CNN, CPU), ("checkpointing", True, CNN, CPU),
     ("pin_memory", True, MLP, CUDA), ("amp", "fp16", MLP, CUDA), ("pin_memory", False, MLP, CPU),
     ("checkpointing", True, WorkloadFacts(hf_checkpointing=True), CPU),
+    ("compile", "default", MLP, CPU), ("compile", "max-autotune", MLP, CPU),
+    ("compile", "reduce-overhead", MLP, DeviceFacts("cuda", "Fake GPU")),
+    ("matmul_precision", "high", MLP, DeviceFacts("cuda", "Fake Ampere", tf32=True)),
+    ("matmul_precision", "medium", MLP, CPU),
+    ("optimizer_impl", "fused", WorkloadFacts(optimizer_impls=("foreach", "fused")), CPU),
+    ("persistent_workers", True, MLP, CPU), ("prefetch_factor", 4, MLP, CPU),
 ])
 def test_applicable_knobs_give_no_reason(name, value, workload, device):
     assert knobs.not_applicable(name, value, workload, device) is None
@@ -73,3 +86,25 @@ def test_describe_shows_only_differences_from_a_base():
     base = knobs.full_settings()
     assert knobs.describe({**base, "amp": "bf16", "pin_memory": True}, base) == "pin_memory=true, amp=bf16"  # catalogue order
     assert knobs.describe(base, base) == "(baseline)"
+
+
+@pytest.mark.parametrize("name, value", [("persistent_workers", True), ("prefetch_factor", 4)])
+def test_loader_worker_knobs_need_workers_in_the_same_settings(name, value):
+    without = knobs.full_settings({"num_workers": 0})
+    assert "num_workers=0" in knobs.not_applicable(name, value, MLP, CPU, without)
+    assert knobs.not_applicable(name, value, MLP, CPU, {**without, "num_workers": 2}) is None
+
+
+@pytest.mark.parametrize("name, raw, expected", [
+    ("compile", "max-autotune", "max-autotune"), ("matmul_precision", "high", "high"),
+    ("persistent_workers", "yes", True), ("prefetch_factor", "8", 8), ("optimizer_impl", "fused", "fused"),
+])
+def test_new_knobs_parse(name, raw, expected):
+    assert knobs.KNOBS[name].parse(raw) == expected
+
+
+@pytest.mark.parametrize("name, raw", [("compile", "inductor"), ("matmul_precision", "low"),
+                                       ("prefetch_factor", 0), ("optimizer_impl", "apex")])
+def test_new_knobs_reject_invalid_values(name, raw):
+    with pytest.raises(ValueError, match="valid: "):
+        knobs.KNOBS[name].parse(raw)

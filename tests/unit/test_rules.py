@@ -23,6 +23,10 @@ DOCUMENTS = {
     "cnn": GOLDEN / "cnn.results.json",
     "cuda_untuned": GOLDEN / "rules" / "synthetic_cuda_untuned.results.json",
     "cuda_fp16_dynamic": GOLDEN / "rules" / "synthetic_cuda_fp16_dynamic.results.json",
+    "compile_varlen": GOLDEN / "compile_varlen.results.json",
+    "compile_loss": GOLDEN / "rules" / "synthetic_compile_loss.results.json",
+    "ddp_gloo": GOLDEN / "ddp_gloo.results.json",  # a real DDP run: 2 ranks, gloo, 2-core CPU
+    "ddp_straggler": GOLDEN / "rules" / "synthetic_ddp_straggler.results.json",
 }
 GIB = 2**30
 
@@ -61,6 +65,11 @@ CASES = {
     "TA402": ("cuda_fp16_dynamic", "cuda_untuned"),
     "TA403": ("cuda_untuned", "cuda_fp16_dynamic"),
     "TA501": ("cnn", "io_bound"),
+    "TA504": ("compile_varlen", "cnn"),
+    "TA505": ("compile_varlen", "cnn"),
+    "TA704": ("compile_loss", "compile_varlen"),
+    "TA601": ("ddp_gloo", "cnn"),
+    "TA602": ("ddp_straggler", "ddp_gloo"),
     "TA502": ("cuda_untuned", "cuda_fp16_dynamic"),
     "TA503": ("cuda_fp16_dynamic", "cuda_untuned"),
     "TA701": ("cuda_fp16_dynamic", "cnn"),

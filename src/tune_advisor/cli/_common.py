@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import typer
 from rich.console import Console
+from rich.markup import escape  # messages quote user text and commands like pip install 'pkg[extra]'
 
 from ..errors import TuneAdvisorError, UsageError
 
@@ -35,7 +36,7 @@ def handle_errors(fn):
         except TuneAdvisorError as exc:
             if state.debug:
                 err.print(traceback.format_exc(), markup=False)
-            err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
+            err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True, soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             err.print("interrupted: the running probe was stopped; finished probes are in results.json")

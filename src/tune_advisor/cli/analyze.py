@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -13,7 +14,7 @@ import typer
 from .. import api, knobs
 from ..probe.spec import Protocol
 from ..render.terminal import analysis_summary, probe_line
-from ._common import command_line, err, handle_errors, out as stdout
+from ._common import EXIT_INTERRUPTED, command_line, err, handle_errors, out as stdout
 
 
 @handle_errors
@@ -37,6 +38,19 @@ def command(
     profile: bool = typer.Option(True, "--profile/--no-profile",
                                  help="Run torch.profiler after the timed steps of the baseline and the recommended "
                                       "probes (top operators, step breakdown, a Perfetto trace)."),
+    nproc_per_node: int = typer.Option(1, help="Probe DDP training: torchrun runs N processes per node (one per "
+                                               "GPU; gloo on the CPU). batch_size is per process."),
+    nnodes: int = typer.Option(1, help="Nodes of a DDP probe; run the same command on every node "
+                                       "(needs --rdzv-endpoint)."),
+    rdzv_endpoint: Optional[str] = typer.Option(None, help="HOST:PORT of the torchrun rendezvous for --nnodes > 1."),
+    executor: str = typer.Option("local", help="local: probes one at a time on this machine; ray: probes as Ray "
+                                               "tasks (one GPU each), independent ones side by side "
+                                               "(pip install 'tune-advisor[ray]')."),
+    ray_address: Optional[str] = typer.Option(None, help="Ray cluster to join with --executor ray (e.g. auto, "
+                                                         "ray://head:10001) [default: a local Ray instance]."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the interrupted run in the output folder: its "
+                                                        "finished probes are reused, not run again (refused when "
+                                                        "the workload file, settings or hardware changed)."),
     json_out: bool = typer.Option(False, "--json", help="Print results.json to stdout when done."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors (and --json output)."),
 ) -> None:
@@ -51,7 +65,7 @@ def command(
         state["baseline"] = info.baseline
         if show:
             err.print(f"[bold]{file}[/]: {info.facts.model_class}, {info.facts.parameters:,} parameters; "
-                      f"baseline {knobs.describe(info.baseline)}")
+                      f"baseline {knobs.brief(info.baseline)}")
 
     def on_probe_start(probe_id, settings, role):
         state["n"] += 1
@@ -70,7 +84,16 @@ def command(
         result = api.analyze(file, out=out, device=device, budget=budget, probe_timeout=probe_timeout,
                              max_memory=max_memory, protocol=protocol, seed=seed, strategy=strategy,
                              select=select, ignore=ignore, profile=profile, command=command_line(),
-                             on_start=on_start, on_probe=on_probe, on_probe_start=on_probe_start)
+                             nproc_per_node=nproc_per_node, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint,
+                             executor=executor, ray_address=ray_address,
+                             on_start=on_start, on_probe=on_probe, on_probe_start=on_probe_start,
+                             resume=resume, on_notice=None if quiet else lambda m: err.print(m, markup=False))
+    except KeyboardInterrupt:  # api.analyze has stopped the probe and saved what finished
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # exiting now: another Ctrl-C must not turn 130 into a trace
+        err.print(f"interrupted: the running probe was stopped; finished probes are kept in "
+                  f"{out or api.default_out_dir(file)}/results.json. Run the same command with --resume to "
+                  "continue.", markup=False)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     finally:
         if status is not None:
             status.stop()

@@ -24,6 +24,7 @@ def gather(device: str, measure_peaks: bool = False) -> dict[str, Any]:
         "cuda_build": torch.version.cuda,
         "cudnn": cudnn,
         "nvml": nvml.nvml_status(),
+        "compile": environment.compile_unavailable(device.split(":")[0]) or "available",
     })
     if measure_peaks:
         peaks, status = flops.ensure_peaks(device)
@@ -76,6 +77,7 @@ def rows(info: dict[str, Any]) -> list[tuple[str, str]]:
         ("torch / python", f"{info['torch']} / {info['python']}"),
         ("platform", info["platform"]),
         ("NVML", nv["status"] + (f"; GPUs: {listed}" if listed else "")),
+        ("torch.compile", str(info.get("compile", "unknown"))),
         ("peak FLOP/s", roof or peaks["status"]),
         ("fingerprint", info["fingerprint"]),
     ]

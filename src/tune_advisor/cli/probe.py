@@ -27,16 +27,35 @@ def command(
     workdir: Optional[Path] = typer.Option(None, help="Keep the probe's spec, result and log here."),
     profile: bool = typer.Option(False, "--profile", help="Run torch.profiler on a few extra steps after the "
                                                           "measured ones; the trace is kept with --workdir."),
+    nproc_per_node: int = typer.Option(1, help="Probe DDP training under torchrun with N processes per node."),
+    nnodes: int = typer.Option(1, help="Nodes of the DDP probe; run the same command on every node."),
+    rdzv_endpoint: Optional[str] = typer.Option(None, help="HOST:PORT of the torchrun rendezvous for --nnodes > 1."),
 ) -> None:
     """Measure one configuration of a workload and print its numbers."""
     protocol = Protocol(warmup_steps=warmup, min_steps=min_steps, min_time_s=min_time)
     _, result = api.probe(file, parse_sets(set_), device=device, probe_timeout=probe_timeout, protocol=protocol,
-                          workdir=workdir, profile=profile)
+                          workdir=workdir, profile=profile, nproc_per_node=nproc_per_node, nnodes=nnodes,
+                          rdzv_endpoint=rdzv_endpoint)
     if json_out:
         print(json.dumps(result.to_dict(), indent=1))
     else:
         probe_table(result, out)
         collector_lines(result.extra, workdir)
+        distributed_lines(result.extra.get("distributed"))
+
+
+def distributed_lines(ddp: Optional[dict]) -> None:
+    """A DDP probe: each rank's step time and data wait, the straggler spread and the communication share."""
+    if not ddp:
+        return
+    for r in ddp["ranks"]:
+        local = f", {r['local_step_s'] * 1e3:.2f} ms without gradient sync" if r["local_step_s"] else ""
+        out.print(f"rank {r['rank']} ({r['host']}, {r['device']}): step {r['step_time_s']['median'] * 1e3:.2f} ms, "
+                  f"data wait {r['data_wait_frac']:.1%}{local}", highlight=False)
+    if ddp.get("comm_frac") is not None:
+        out.print(f"{ddp['world_size']} ranks ({ddp['backend']}): gradient sync {ddp['comm_frac']:.0%} of the step, "
+                  f"straggler spread {ddp['straggler_spread']:.0%} (slowest: rank {ddp['slowest_rank']})",
+                  highlight=False)
 
 
 def collector_lines(extra: dict, workdir: Optional[Path]) -> None:

@@ -10,6 +10,7 @@ from typing import Any, Callable, Sequence
 
 from .. import api, knobs, results
 from ..errors import UsageError
+from ..probe import lockstep
 from ..probe.result import ProbeResult
 from ..probe.runner import run_probe
 from ..probe.spec import ProbeSpec, Protocol
@@ -61,7 +62,7 @@ def check_applicable(settings: dict[str, Any], info: api.Inspection, device: str
     for name, value in settings.items():
         if value == knobs.KNOBS[name].default:
             continue
-        reason = knobs.not_applicable(name, value, info.facts, facts)
+        reason = knobs.not_applicable(name, value, info.facts, facts, settings)
         if reason:
             raise UsageError(f"settings {name}={value}: {reason}")
 
@@ -69,21 +70,26 @@ def check_applicable(settings: dict[str, Any], info: api.Inspection, device: str
 def measure(sides: dict[str, tuple[api.Inspection, dict[str, Any]]], rounds: int, *, device: str,
             protocol: Protocol, timeout_s: float, workdir: Path, seed: int = 0,
             on_probe: OnProbe | None = None) -> dict[str, list[ProbeResult]]:
-    """`rounds` probes of each side; with two sides, interleaved in the same job: A B, B A, A B, ...
+    """`rounds` probes of each side. With two sides, each round runs both at once in lockstep (probe/lockstep.py):
+    they take turns step by step, so both see the same state of a machine whose speed changes every few seconds.
 
-    Alternating which side goes first cancels a linear drift within each pair of pairs, not only between rounds.
+    The steps alternate A B, B A, ... within a round, and the side that moves first alternates between rounds, so
+    neither side always follows the other (a cache warmed, a core woken up).
     """
     names = list(sides)
     measured: dict[str, list[ProbeResult]] = {name: [] for name in names}
     for i in range(rounds):
-        order = names if i % 2 == 0 else names[::-1]
-        for name in order:
-            info, settings = sides[name]
-            if on_probe:
-                on_probe(name, i + 1, rounds)
-            spec = ProbeSpec(id=f"{name}-{i + 1}", workload=str(info.path), settings=settings, device=device,
-                             protocol=protocol, timeout_s=timeout_s, seed=seed)
-            measured[name].append(run_probe(spec, workdir, role=f"gate:{name}"))
+        specs = [ProbeSpec(id=f"{name}-{i + 1}", workload=str(sides[name][0].path), settings=sides[name][1],
+                           device=device, protocol=protocol, timeout_s=timeout_s, seed=seed) for name in names]
+        roles = [f"gate:{name}" for name in names]
+        if on_probe:
+            on_probe(" and ".join(names), i + 1, rounds)
+        if len(names) == 2:
+            probes = lockstep.run_pair(specs, workdir, roles, first=i % 2)
+        else:
+            probes = [run_probe(spec, workdir, role=role) for spec, role in zip(specs, roles)]
+        for name, probe in zip(names, probes):
+            measured[name].append(probe)
     return measured
 
 

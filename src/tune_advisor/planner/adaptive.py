@@ -28,15 +28,20 @@ WORKER_LADDER = (0, 1, 2, 4, 8, 16, 32, 64)  # when SEARCH does not name num_wor
 # loading out of the training process; a middle count can starve the training threads of cores while many more
 # workers, mostly asleep on I/O, pay again), so it stops only after two steps in a row that do not beat the best.
 LOADER_BOUND = 0.3
+# What compiling adds to a probe, before one has been measured: a small model takes 5-60 s with torch.compile on
+# a 2-core CPU (the C++ compiler runs for every kernel). A compile probe is started only if this much more fits.
+COMPILE_ALLOWANCE_S = 30.0
 BISECT_RESOLUTION = 8  # bisection stops when the gap is at most max(8, an eighth of the largest batch that fit)
 
 # Rough speedups of the compute part of a step, used only to order the knobs and to skip those that cannot pay
 # when the step is dominated by something else. Measurements decide; these never enter a recommendation.
 COMPUTE_SPEEDUP = {"amp": 1.6, "amp_slow_cpu": 1.05, "channels_last": 1.1, "channels_last_amp": 1.2,
-                   "batch_size": 1.2, "cudnn_benchmark": 1.1}
+                   "batch_size": 1.2, "cudnn_benchmark": 1.1, "compile": 1.15, "matmul_precision": 1.5,
+                   "optimizer_impl": 1.1}
 
 # Exploration order when prospects tie, and the knobs this planner knows.
-ORDER = ("num_workers", "amp", "channels_last", "batch_size", "checkpointing", "pin_memory", "cudnn_benchmark")
+ORDER = ("num_workers", "amp", "channels_last", "batch_size", "checkpointing", "pin_memory", "cudnn_benchmark",
+         "compile", "matmul_precision", "optimizer_impl", "persistent_workers", "prefetch_factor")
 
 # A kept change re-opens these knobs: AMP frees memory (a larger batch may fit) and changes which memory format is
 # fastest; checkpointing is worth only the batch it makes fit; a larger batch loads the input pipeline more and
@@ -46,7 +51,7 @@ INTERACTIONS = {
     "amp": ("batch_size", "channels_last"),
     "checkpointing": ("batch_size",),
     "batch_size": ("num_workers", "amp", "channels_last"),
-    "num_workers": ("amp", "channels_last", "batch_size"),
+    "num_workers": ("amp", "channels_last", "batch_size", "persistent_workers", "prefetch_factor"),
 }
 
 
@@ -126,7 +131,7 @@ class AdaptivePlanner(Planner):
         """Applicable values of `name` other than the current one."""
         ctx = self.ctx
         return [v for v in self._values(name) if v != current.settings[name]
-                and not knobs.not_applicable(name, v, ctx.workload, ctx.device)]
+                and not knobs.not_applicable(name, v, ctx.workload, ctx.device, current.settings)]
 
     def prospect(self, name: str, current: ProbeResult) -> Prospect:
         """How much `name` could still gain over `current`, judged from what `current` measured."""
@@ -165,7 +170,34 @@ class AdaptivePlanner(Planner):
             return Prospect(1 / (1 - 0.5 * copy))
         if name == "checkpointing":
             return self._checkpointing_prospect(current)
+        if name == "compile":
+            return through_compute(COMPUTE_SPEEDUP[name])
+        if name == "matmul_precision":
+            if current.settings["amp"] != "off":
+                return Prospect(1.0, f"amp={current.settings['amp']} already runs the matmuls in 16 bits")
+            return through_compute(COMPUTE_SPEEDUP[name])
+        if name == "optimizer_impl":
+            return through_compute(COMPUTE_SPEEDUP[name])
+        if name == "persistent_workers":
+            return self._restart_prospect(current)
+        if name == "prefetch_factor":
+            if wait < MIN_DATA_WAIT:
+                return Prospect(1.0, f"the step waits for data only {wait:.1%} of the time: a deeper prefetch "
+                                     f"queue cannot gain {MIN_GAIN:.0%}")
+            return Prospect(1 / (1 - 0.5 * wait))
         return Prospect(1.0, "this planner does not know the knob")
+
+    def _restart_prospect(self, current: ProbeResult) -> Prospect:
+        """persistent_workers saves the worker start-up at every epoch: bounded by the data wait of the steps that
+        began an epoch while measuring."""
+        starts = current.extra.get("epoch_start_steps") or []
+        waits = current.raw.get("data_wait_s") or []
+        restart = sum(waits[i] for i in starts if i < len(waits)) / (sum(current.step_s) or 1.0)
+        if restart * (1 + MIN_GAIN) < MIN_GAIN:  # 1 / (1 - restart) < 1 + MIN_GAIN
+            return Prospect(1 / (1 - restart), f"{len(starts)} epoch start(s) while measuring cost {restart:.1%} "
+                                               "of the time: keeping workers alive cannot gain "
+                                               f"{MIN_GAIN:.0%}")
+        return Prospect(1 / (1 - restart))
 
     def _checkpointing_prospect(self, current: ProbeResult) -> Prospect:
         """Checkpointing trades compute for memory: it can pay only when memory stopped a batch ladder that was
@@ -195,7 +227,8 @@ class AdaptivePlanner(Planner):
         """Each other value of `name` on top of `current`; the best that beats it."""
         best = current
         for value in self.alternatives(name, current):
-            if not self.session.affordable():
+            extra_s = COMPILE_ALLOWANCE_S if name == "compile" else 0.0
+            if not self.session.affordable(extra_s=extra_s):
                 self.session.unexplored.append(f"{name}={value}: over budget")
                 continue
             result = self.session.run({**current.settings, name: value}, f"knob:{name}")
@@ -310,7 +343,8 @@ class AdaptivePlanner(Planner):
     def _usable(self, result: ProbeResult) -> bool:
         """Finished, and within the memory budget (a run past the budget is not recommendable)."""
         budget = self.ctx.memory_budget_bytes
-        return result.ok and not (budget and (result.peak_memory_bytes or 0) > budget)
+        return (result.ok and not (budget and (result.peak_memory_bytes or 0) > budget)
+                and not self.changes_loss(result))
 
     def _failure(self, result: ProbeResult) -> str:
         if result.ok:

@@ -4,6 +4,7 @@ the adaptive planner is benchmarked against (benchmarks/search_quality.py)."""
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any
 
 from .. import knobs
@@ -20,7 +21,7 @@ def combinations(ctx: PlanContext) -> list[dict[str, Any]]:
 
 def not_applicable(ctx: PlanContext, settings: dict[str, Any]) -> str | None:
     for name, value in settings.items():
-        reason = knobs.not_applicable(name, value, ctx.workload, ctx.device)
+        reason = knobs.not_applicable(name, value, ctx.workload, ctx.device, settings)
         if reason:
             return f"{knobs.describe({name: value})}: {reason}"
     return None
@@ -33,6 +34,9 @@ class GridPlanner(Planner):
         s, ctx = self.session, self.ctx
         grid = combinations(ctx)
         self.decisions.append(f"grid of {len(grid)} combinations of {', '.join(ctx.search) or 'nothing'}")
+        if hasattr(s.runner, "many"):  # --executor ray: the combinations are independent, so all go out at once
+            self.fan_out(grid)
+            grid = []  # nothing left for the one-at-a-time loop
         for i, settings in enumerate(grid):
             reason = not_applicable(ctx, settings)
             if reason:
@@ -43,7 +47,25 @@ class GridPlanner(Planner):
                                     if not not_applicable(ctx, g))
                 break
             s.run(settings, "grid")
-        winner = max((p for p in s.probes if p.ok), key=lambda p: p.throughput_median)
+        # Settings whose numeric knobs changed the loss are not candidates, however fast (notes say which).
+        eligible = [p for p in s.probes if p.ok and not self.changes_loss(p)]
+        winner = max(eligible or [base], key=lambda p: p.throughput_median)
         self.decisions.append(f"fastest: {knobs.describe(winner.settings, ctx.baseline)} "
                               f"({s.describe_gain(base, winner)})")
         return winner
+
+    def fan_out(self, grid: list[dict[str, Any]]) -> None:
+        """Every applicable combination at once, as many as the budget allows with `runner.width` side by side."""
+        s, ctx = self.session, self.ctx
+        todo = []
+        for settings in grid:
+            reason = not_applicable(ctx, settings)
+            if reason:
+                s.skip(settings, "grid", reason)
+            elif s.seen(settings) is None:
+                todo.append(settings)
+        fits = len(todo)
+        while fits and not s.affordable(math.ceil(fits / max(1, s.runner.width))):
+            fits -= 1
+        s.unexplored.extend(f"{knobs.describe(g, ctx.baseline)}: over budget" for g in todo[fits:])
+        s.run_many(todo[:fits], "grid")

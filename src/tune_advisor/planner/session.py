@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .. import knobs
-from ..analysis import stats
+from ..analysis import parity, stats
 from ..probe.result import ProbeResult, Status
 
 MIN_GAIN = 0.03  # a change must beat its reference by 3% (and its ratio CI must exclude 1) to be kept
@@ -53,13 +53,26 @@ class Session:
     """Runs probes through `runner`, numbers them, reuses identical settings, and keeps the wall-time budget.
 
     `started` lets the budget include work done before planning (inspecting the workload).
+
+    `finished` resumes an interrupted run: its probes as (result, session elapsed seconds when it was recorded),
+    in run order. The planner is deterministic given its probe results, so it asks for the same probes again, and
+    each is handed back instead of run ("replayed"), with the clock standing at the time it was recorded then, so
+    budget decisions come out as they did. The first request that differs (e.g. a smaller budget now) ends the
+    replay: the rest are `discarded` and the plan goes on live. Afterwards the budget counts the interrupted
+    run's time up to its last finished probe plus this run's own.
     """
 
     def __init__(self, runner: Runner, budget_s: float | None = None,
                  on_probe: Callable[[ProbeResult], None] | None = None, clock: Callable[[], float] = time.monotonic,
-                 started: float | None = None):
+                 started: float | None = None, finished: list[tuple[ProbeResult, float]] | None = None):
         self.runner, self.budget_s, self.on_probe, self.clock = runner, budget_s, on_probe, clock
         self.started = clock() if started is None else started
+        self._replay = list(finished or [])
+        self._carried = self._replay[-1][1] if self._replay else 0.0  # the interrupted run's time
+        first = self._replay[0] if self._replay else None
+        self._replay_clock = max(0.0, first[1] - first[0].wall_s) if first else 0.0
+        self.reused: list[ProbeResult] = []
+        self.discarded: list[ProbeResult] = []
         self.probes: list[ProbeResult] = []
         self.unexplored: list[str] = []
         self._by_settings: dict[tuple, ProbeResult] = {}
@@ -68,19 +81,46 @@ class Session:
         self.best: ProbeResult | None = None  # these two
 
     def elapsed(self) -> float:
-        return self.clock() - self.started
+        if self._replay:
+            return self._replay_clock
+        return self._carried + self.clock() - self.started
+
+    @property
+    def replaying(self) -> bool:
+        """Whether finished probes of the interrupted run are still waiting to be asked for again."""
+        return bool(self._replay)
+
+    def end_replay(self) -> None:
+        """The plan is over: finished probes it did not ask for again are discarded."""
+        self.discarded += [result for result, _ in self._replay]
+        self._replay = []
+
+    def _replayed(self, settings: dict[str, Any], role: str) -> ProbeResult | None:
+        """The next finished probe if it is the one now asked for; else the replay ends here."""
+        if not self._replay:
+            return None
+        result, elapsed = self._replay[0]
+        if result.settings != settings or result.role != role:
+            self.end_replay()
+            return None
+        self._replay.pop(0)
+        self._replay_clock = elapsed
+        self.reused.append(result)
+        return result
 
     def typical_probe_s(self) -> float:
         """What the next probe will likely take: the mean so far, which long probes (many loader workers running
         to the time cap) pull up, unlike the median."""
-        walls = [p.wall_s for p in self.probes if p.wall_s > 0]
+        walls = [_plain_wall(p) for p in self.probes if p.wall_s > 0]
         return sum(walls) / len(walls) if walls else 0.0
 
-    def affordable(self, probes: int = 1) -> bool:
-        """Whether `probes` more, and then the confirmation, fit in what is left of the budget."""
+    def affordable(self, probes: int = 1, extra_s: float = 0.0) -> bool:
+        """Whether `probes` more (costing `extra_s` beyond typical probes: compilation), and then the
+        confirmation, fit in what is left of the budget."""
         if self.budget_s is None:
             return True
-        return self.elapsed() + probes * self.typical_probe_s() + self.confirmation_s() <= self.budget_s
+        needed = probes * self.typical_probe_s() + extra_s + self.confirmation_s()
+        return self.elapsed() + needed <= self.budget_s
 
     def confirmation_s(self) -> float:
         """The confirmation re-runs the baseline and the current best CONFIRM_ROUNDS times each: their own wall
@@ -88,7 +128,7 @@ class Session:
         if self.baseline is None:
             return CONFIRM_RESERVE * self.typical_probe_s()
         best = self.best if self.best is not None else self.baseline
-        return CONFIRM_ROUNDS * (self.baseline.wall_s + best.wall_s)
+        return CONFIRM_ROUNDS * (_plain_wall(self.baseline) + _plain_wall(best))
 
     def seen(self, settings: dict[str, Any]) -> ProbeResult | None:
         return self._by_settings.get(_key(settings))
@@ -97,19 +137,33 @@ class Session:
         key = _key(settings)
         if reuse and key in self._by_settings:
             return self._by_settings[key]
-        result = self.runner(f"p{len(self.probes) + 1:03d}", dict(settings), role)
+        result = self._replayed(settings, role) or self.runner(f"p{len(self.probes) + 1:03d}", dict(settings), role)
         result.role = result.role or role
         self._record(result)
         self._by_settings.setdefault(key, result)
         return result
+
+    def run_many(self, settings_list: list[dict[str, Any]], role: str) -> list[ProbeResult]:
+        """Independent probes together when the runner runs probes side by side (`runner.many`: --executor ray),
+        each recorded as it finishes; one after another otherwise, and while replaying a resumed run."""
+        many = getattr(self.runner, "many", None)
+        fresh = [s for s in settings_list if _key(s) not in self._by_settings]
+        if many is None or self._replay or len(fresh) < 2:
+            return [self.run(s, role) for s in settings_list]
+        jobs = [(f"p{len(self.probes) + 1 + i:03d}", dict(s), role) for i, s in enumerate(fresh)]
+        for result in many(jobs):
+            result.role = result.role or role
+            self._record(result)
+            self._by_settings.setdefault(_key(result.settings), result)
+        return [self._by_settings[_key(s)] for s in settings_list]
 
     def skip(self, settings: dict[str, Any], role: str, reason: str) -> ProbeResult:
         """Record a probe that was not run (not applicable), so the report says why."""
         key = _key(settings)
         if key in self._by_settings:
             return self._by_settings[key]
-        result = ProbeResult(id=f"p{len(self.probes) + 1:03d}", settings=dict(settings), status=Status.SKIPPED,
-                             error=reason, role=role)
+        result = self._replayed(settings, role) or ProbeResult(
+            id=f"p{len(self.probes) + 1:03d}", settings=dict(settings), status=Status.SKIPPED, error=reason, role=role)
         self._record(result)
         self._by_settings[key] = result
         return result
@@ -156,6 +210,12 @@ class Session:
             self.on_probe(result)
 
 
+def _plain_wall(probe: ProbeResult) -> float:
+    """A probe's wall time without the profiler's extra steps: only designated probes are profiled, so this is
+    what other probes of those settings take."""
+    return max(0.0, probe.wall_s - (probe.extra.get("profile_wall_s") or 0.0))
+
+
 def _key(settings: dict[str, Any]) -> tuple:
     return tuple(sorted(settings.items()))
 
@@ -198,6 +258,30 @@ class Planner:
         self.notes: list[str] = []
         self.decisions: list[str] = []
         self.frontier: dict[str, Any] | None = None
+        self.loss_changed: dict[tuple, str] = {}  # numeric knob values found to change the loss -> why
+
+    def changes_loss(self, result: ProbeResult) -> str | None:
+        """Why `result` must not be recommended because its numeric knobs (AMP, compile, matmul precision) changed
+        the loss against float32 at the same settings; None when they did not, or when that is not known.
+
+        Once a knob value changes the loss it is barred everywhere: probes at other batch sizes have no float32
+        twin to compare with, and the arithmetic that drifted is the same.
+        """
+        changes = parity.numeric_changes(result.settings)
+        if not changes or not result.ok:
+            return None
+        key = tuple(sorted(changes.items()))
+        if key not in self.loss_changed:
+            reference = self.session.seen(parity.reference_settings(result.settings))
+            found = (parity.compare(reference.raw.get("loss", []), result.raw.get("loss", []))
+                     if reference is not None and reference.ok else None)
+            if found is not None and not found.ok:
+                self.loss_changed[key] = parity.describe(changes, found) + f" ({reference.id} vs {result.id})"
+                self.notes.append(self.loss_changed[key] + ": not recommended, whatever its speed")
+        for item in changes.items():  # a single knob value barred also bars it in combination
+            if (item,) in self.loss_changed:
+                return self.loss_changed[(item,)]
+        return self.loss_changed.get(key)
 
     def run(self) -> Outcome:
         base = self.session.run(self.ctx.baseline, "baseline")

@@ -11,12 +11,17 @@ from torch.utils.checkpoint import checkpoint
 
 
 def loader_kwargs(settings: Mapping[str, Any], device_type: str) -> dict[str, Any]:
-    """DataLoader arguments for these settings."""
-    return {
+    """DataLoader arguments for these settings (the worker-only ones only with workers: the DataLoader refuses
+    them otherwise)."""
+    kwargs = {
         "batch_size": settings["batch_size"],
         "num_workers": settings["num_workers"],
         "pin_memory": bool(settings["pin_memory"]) and device_type == "cuda",
     }
+    if settings["num_workers"] > 0:
+        kwargs.update(persistent_workers=bool(settings["persistent_workers"]),
+                      prefetch_factor=settings["prefetch_factor"])
+    return kwargs
 
 
 def autocast(settings: Mapping[str, Any], device_type: str):
@@ -37,6 +42,50 @@ def grad_scaler(settings: Mapping[str, Any], device_type: str):
 def configure_backends(settings: Mapping[str, Any], device_type: str) -> None:
     if device_type == "cuda":
         torch.backends.cudnn.benchmark = bool(settings["cudnn_benchmark"])
+    torch.set_float32_matmul_precision(settings["matmul_precision"])
+
+
+def compile_model(model: nn.Module, settings: Mapping[str, Any]) -> nn.Module:
+    """The model under torch.compile in the chosen mode (compilation itself happens at the first step)."""
+    if settings["compile"] == "off":
+        return model
+    return torch.compile(model, mode=settings["compile"])
+
+
+def optimizer_impl(optimizer: torch.optim.Optimizer, impl: str) -> torch.optim.Optimizer:
+    """The same optimizer (class, parameter groups, hyper-parameters) rebuilt with the chosen implementation.
+
+    Built before any step, so there is no state to carry over. `default` leaves the user's optimizer untouched:
+    torch then picks foreach where it can (CUDA) and the per-parameter loop elsewhere.
+    """
+    if impl == "default":
+        return optimizer
+    import inspect
+
+    flags = {"foreach": impl == "foreach", "fused": impl == "fused"}
+    # A group's own keys override the constructor's defaults, so the flags go into every group.
+    groups = [{**group, **flags} for group in optimizer.param_groups]
+    # `defaults` may hold internal keys the constructor does not take (AdamW's decoupled_weight_decay).
+    accepted = inspect.signature(type(optimizer).__init__).parameters
+    kwargs = {k: v for k, v in optimizer.defaults.items() if k in accepted}
+    return type(optimizer)(groups, **{**kwargs, **flags})
+
+
+def supported_optimizer_impls(optimizer: torch.optim.Optimizer) -> list[str]:
+    """Which of foreach/fused the optimizer's class accepts and can build with these parameters on this device."""
+    import inspect
+
+    accepted = inspect.signature(type(optimizer).__init__).parameters
+    supported = []
+    for impl in ("foreach", "fused"):
+        if impl not in accepted:
+            continue
+        try:
+            optimizer_impl(optimizer, impl)
+        except (RuntimeError, ValueError, TypeError):  # e.g. fused on a device or dtype the kernels do not cover
+            continue
+        supported.append(impl)
+    return supported
 
 
 def prepare_model(model, settings: Mapping[str, Any], device) -> dict[str, Any]:

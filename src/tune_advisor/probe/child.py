@@ -42,7 +42,6 @@ class Phase:
             pass  # a phase note is a courtesy; it must never fail the probe
 
 
-PREFETCH_FACTOR = 2  # torch's DataLoader default, which the loader here keeps
 MIN_WAVES_AT_CAP = 25  # the measured-step cap is at least this many loader waves
 
 
@@ -54,6 +53,10 @@ def main(argv: list[str]) -> int:
         result = inspect_workload(spec, phase)
     else:
         result = run_probe(spec, phase, workdir=result_path.parent)
+    if spec.distributed and spec.mode == "probe":  # a torchrun rank: rank 0 writes the job's merged result
+        from ..distributed import rank as ddp_rank
+
+        return ddp_rank.finish(result, result_path, write_json_atomic)
     write_json_atomic(result_path, result)
     return 0
 
@@ -86,6 +89,8 @@ def classify(exc: BaseException, path: Path) -> tuple[Status, str]:
     where = f" ({path.name}:{line} in {func})" if line else ""
     if "DataLoader worker" in str(exc):
         where += " in a DataLoader worker"
+    if type(exc).__module__.startswith(("torch._dynamo", "torch._inductor")):
+        return Status.ERROR, f"torch.compile failed: {summary.splitlines()[0][:500]}{where}"
     oom_type = getattr(torch, "OutOfMemoryError", None)
     if isinstance(exc, MemoryError) or (oom_type and isinstance(exc, oom_type)) or any(
             m in str(exc) for m in OOM_MARKERS):
@@ -163,6 +168,13 @@ def _inspect(spec: ProbeSpec, phase: Phase) -> dict[str, Any]:
     if not (isinstance(loss, torch.Tensor) and loss.numel() == 1):
         raise WorkloadError(shown, f"the loss is a {type(loss).__name__}, not a scalar tensor",
                             "compute_loss(model, batch) must return a scalar tensor")
+    phase("building the optimizer")
+    optimizer = _build_optimizer(wl, model)  # a raise is a WorkloadError naming the user's line
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise WorkloadError(shown, f"build_optimizer() returned a {type(optimizer).__name__}, not a "
+                                   "torch.optim.Optimizer", "return the optimizer built over the given params")
+    facts["optimizer_class"] = type(optimizer).__name__
+    facts["optimizer_impls"] = apply.supported_optimizer_impls(optimizer)
     return {
         "facts": facts,
         "baseline": wl.baseline,
@@ -234,10 +246,12 @@ def _measure(spec: ProbeSpec, phase: Phase, out: dict[str, Any], workdir: Path |
 
     from ..analysis.stats import wave_noise
     from ..collectors.nvml import NvmlSampler
-    from . import apply
+    from ..distributed import rank as ddp_rank
+    from . import apply, lockstep
 
     settings, proto, raw, applied = spec.settings, spec.protocol, out["raw"], out["applied"]
-    device = torch.device(spec.device)
+    ddp = ddp_rank.setup(spec) if spec.distributed else None  # a torchrun rank joins its process group first
+    device = ddp.device if ddp else torch.device(spec.device)
     phase("importing the workload file")
     wl = wl_mod.load(spec.workload)
     out["unit"] = f"{wl.item_name}/s"
@@ -248,18 +262,23 @@ def _measure(spec: ProbeSpec, phase: Phase, out: dict[str, Any], workdir: Path |
     dataset = wl.call("build_dataset")
     apply.configure_backends(settings, device.type)
     applied.update(apply.prepare_model(model, settings, device))
-    optimizer = (wl.call("build_optimizer", model.parameters()) if wl.build_optimizer
-                 else torch.optim.AdamW(model.parameters(), lr=1e-3))
+    model = ddp.wrap(model) if ddp else model
+    optimizer = apply.optimizer_impl(_build_optimizer(wl, model), settings["optimizer_impl"])
+    applied["optimizer"] = _optimizer_flags(optimizer)
+    compiled = settings["compile"] != "off"
+    evidence = Evidence(model, settings, hooks=not compiled)  # hooks would be traced into the graph, then
+    model = apply.compile_model(model, settings)  # removed: a recompile the probe would wrongly count
+    compile_stats = CompileStats() if compiled else None
     scaler = apply.grad_scaler(settings, device.type)
     loss_fn = wl.compute_loss or wl_mod.default_loss
     iterable = isinstance(dataset, IterableDataset)
-    loader = DataLoader(dataset, shuffle=not iterable, collate_fn=wl.collate_fn,
+    shard = ddp.sampler(dataset, spec.seed) if ddp else None  # each rank reads its own part of the data
+    loader = DataLoader(dataset, shuffle=not iterable and shard is None, sampler=shard, collate_fn=wl.collate_fn,
                         generator=None if iterable else torch.Generator().manual_seed(spec.seed),
                         **apply.loader_kwargs(settings, device.type))
     non_blocking = loader.pin_memory
     channels_last = bool(settings["channels_last"])
     cuda = device.type == "cuda"
-    evidence = Evidence(model, settings)
     applied["grad_scaler"] = scaler is not None
 
     batches = iter(loader)
@@ -328,17 +347,26 @@ def _measure(spec: ProbeSpec, phase: Phase, out: dict[str, Any], workdir: Path |
     warmup_start = time.perf_counter()
     # Loader workers fill a queue of prefetch_factor batches each before training starts; timing that backlog
     # would credit many workers with a burst no long run sees. Warm-up drains it first.
-    warmup_steps = max(proto.warmup_steps, settings["num_workers"] * PREFETCH_FACTOR)
+    warmup_steps = max(proto.warmup_steps, settings["num_workers"] * settings["prefetch_factor"])
+    warmup_step_s = []
     for step in range(warmup_steps):
-        one_step(step, record=False)
+        if compiled and step == 0:
+            phase("warm-up step 1: torch.compile compiling the model")
+        warmup_step_s.append(one_step(step, record=False))
+        if compile_stats and step == 0:
+            compile_stats.mark("first_step")
         phase(f"warm-up step {step + 1} of {warmup_steps} done")
     out["extra"]["warmup_s"] = time.perf_counter() - warmup_start
     out["extra"]["warmup_steps"] = warmup_steps
+    out["extra"]["warmup_step_s"] = warmup_step_s
+    if compile_stats:
+        compile_stats.mark("warmup")
     # The noise of a loader-fed step is judged over waves of num_workers steps (analysis.stats.wave_noise), so the
     # step cap is counted in waves too: a busy loader gets as many waves to settle as a single process gets steps.
     max_steps = max(proto.max_steps, MIN_WAVES_AT_CAP * settings["num_workers"])
 
     phase("measuring")
+    baton = lockstep.baton(spec)  # the gate's lockstep pairs: the parent hands out every measured step
     me = psutil.Process()
     gpu_sampler = NvmlSampler(spec.device)  # a sleeping thread; on the CPU or without NVML it only notes why
     gpu_sampler.start()
@@ -346,19 +374,24 @@ def _measure(spec: ProbeSpec, phase: Phase, out: dict[str, Any], workdir: Path |
     measure_start = time.perf_counter()
     step = warmup_steps
     try:
-        while True:
+        while baton.wait():  # always true unless in lockstep, where the parent decides when both sides stop
             one_step(step, record=True)
+            baton.done(raw["step_s"][-1])
             step += 1
+            if baton.active:
+                continue
             n, elapsed = len(raw["step_s"]), time.perf_counter() - measure_start
-            if n >= max_steps or elapsed >= proto.max_time_s:
+            done = n >= max_steps or elapsed >= proto.max_time_s or (
+                n >= proto.min_steps and elapsed >= proto.min_time_s
+                and wave_noise(raw["step_s"], settings["num_workers"]) <= proto.noise_bar)
+            if ddp.agree(done) if ddp else done:  # DDP ranks must run the same steps: rank 0 decides for all
                 break
-            if (n >= proto.min_steps and elapsed >= proto.min_time_s
-                    and wave_noise(raw["step_s"], settings["num_workers"]) <= proto.noise_bar):
-                break
-        measured_wall = time.perf_counter() - measure_start
+        measured_wall = time.perf_counter() - measure_start - baton.idle_s  # lockstep: minus the partner's turns
         cpu_used = _tree_cpu_seconds(me) - cpu_before
     finally:
         gpu_sampler.stop()
+    if compile_stats:
+        out["extra"]["compile"] = compile_stats.summary(settings["compile"], warmup_step_s, raw["step_s"])
     out["extra"].update({
         "measured_wall_s": measured_wall,
         "cpu_util": cpu_used / measured_wall / (psutil.cpu_count() or 1) if measured_wall > 0 else None,
@@ -370,17 +403,26 @@ def _measure(spec: ProbeSpec, phase: Phase, out: dict[str, Any], workdir: Path |
         "input_shapes_static": len(sample_shapes) <= 1,
         **_debug_switches(),
     })
+    if baton.active:
+        out["extra"]["lockstep"] = baton.report()
     applied.update(evidence.report())
 
     # Collectors that need steps of their own run now, after the timing, and never fail the probe.
     out["memory"] = _memory_peaks(spec.device)  # the measured steps' peaks, before any extra step
     out["gpu"] = gpu_sampler.result()
     collectors = out["extra"]["collectors"] = {"nvml": gpu_sampler.status}
+    if ddp:  # extra steps for FLOPs or the profiler would need every rank to join their all-reduces alike
+        out["extra"]["local_step_s"] = ddp.local_steps(model, lambda i: one_step(step + i, record=False))
+        collectors["flops"] = collectors["profiler"] = "skipped: distributed probe"
+        phase("done")
+        return
     phase("counting FLOPs of one step")
     collectors["flops"] = _collect_flops(spec, out, forward_backward)
     if spec.profile:
         phase("profiling extra steps")
+        profile_start = time.perf_counter()
         collectors["profiler"] = _collect_profile(spec, out, workdir, lambda i: one_step(step + i, record=False))
+        out["extra"]["profile_wall_s"] = time.perf_counter() - profile_start  # not part of an unprofiled probe
     else:
         collectors["profiler"] = "skipped: not a designated probe"
     phase("done")
@@ -423,6 +465,61 @@ def _collect_profile(spec: ProbeSpec, out: dict[str, Any], workdir: Path | None,
     out["extra"]["profile"] = summary
     note = summary["trace"].get("note")
     return f"ok ({note})" if note else "ok"
+
+
+def _build_optimizer(wl, model):
+    import torch
+
+    if wl.build_optimizer:
+        return wl.call("build_optimizer", model.parameters())
+    return torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+
+def _optimizer_flags(optimizer) -> dict[str, Any]:
+    """Evidence of optimizer_impl: the class and its foreach/fused flags as the optimizer holds them."""
+    group = optimizer.param_groups[0] if optimizer.param_groups else {}
+    return {"class": type(optimizer).__name__, "foreach": group.get("foreach"), "fused": group.get("fused")}
+
+
+class CompileStats:
+    """What torch.compile did, from dynamo's counters: graphs compiled at the first step, graphs compiled after it
+    (recompiles: every step runs the same code, so a new graph means new input shapes or failed guards), graph
+    breaks."""
+
+    def __init__(self):
+        from torch._dynamo.utils import counters
+
+        self.counters = counters
+        self.marks = {"start": self._snapshot()}
+
+    def _snapshot(self) -> dict[str, int]:
+        return {"graphs": int(self.counters["stats"].get("unique_graphs", 0)),
+                "graph_breaks": int(sum(self.counters["graph_break"].values()))}
+
+    def mark(self, name: str) -> None:
+        self.marks[name] = self._snapshot()
+
+    def summary(self, mode: str, warmup_step_s: list[float], step_s: list[float]) -> dict[str, Any]:
+        from ..analysis.stats import median
+
+        end = self._snapshot()
+        start = self.marks["start"]
+        first, warm = self.marks.get("first_step", end), self.marks.get("warmup", end)
+        steady = median(step_s) if step_s else 0.0
+        return {
+            "mode": mode,
+            # Compilation (and autotuning) happens in the first steps: their time beyond the steady step.
+            "compile_s": max(0.0, sum(warmup_step_s) - steady * len(warmup_step_s)),
+            "first_step_s": warmup_step_s[0] if warmup_step_s else None,
+            "graphs": end["graphs"] - start["graphs"],
+            "graph_breaks": first["graph_breaks"] - start["graph_breaks"],  # per step: the first step's
+            "recompiles_warmup": warm["graphs"] - first["graphs"],
+            # Recompiles while measuring put compile time into timed steps.
+            "recompiles_measured": end["graphs"] - warm["graphs"],
+            # Why dynamo left code uncompiled (e.g. it does not trace LSTMs): the first line of each reason.
+            "unsupported": sorted({str(k).strip().splitlines()[0][:200]
+                                   for k in self.counters["unimplemented"]})[:5],
+        }
 
 
 def _count_items(wl, host_batch) -> float:
@@ -469,7 +566,7 @@ def _tree_cpu_seconds(proc) -> float:
 class Evidence:
     """Records, during the first step, proof that each knob took effect inside this process."""
 
-    def __init__(self, model, settings):
+    def __init__(self, model, settings, hooks: bool = True):
         import torch
 
         self.model, self.settings = model, settings
@@ -477,6 +574,9 @@ class Evidence:
         self.block_calls = 0
         self.facts: dict[str, Any] = {}
         self.hooks = []
+        self.observed = hooks
+        if not hooks:
+            return
         for module in model.modules():
             if isinstance(module, (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)):
                 self.hooks.append(module.register_forward_hook(self._record_dtype))
@@ -527,7 +627,12 @@ class Evidence:
             "batch_pinned": bool(host_tensor.is_pinned()) if host_tensor is not None and loader.pin_memory else False,
             "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
             "hf_gradient_checkpointing": _hf_checkpointing_state(self.model),
+            "matmul_precision": torch.get_float32_matmul_precision(),
+            "persistent_workers": bool(getattr(loader, "persistent_workers", False)),
+            "prefetch_factor": getattr(loader, "prefetch_factor", None),
         }
+        if not self.observed:
+            self.facts["compute_dtypes"] = None  # not observed: hooks stay out of a compiled model
 
     def report(self) -> dict[str, Any]:
         return self.facts

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
+import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -35,8 +39,37 @@ class ChildRun:
             peak_bytes, killed, phase, log_tail, wall_s)
 
 
+class Started:
+    """A running probe child (`start_probe`) until `finish_probe` or `wait_child` waits for it."""
+
+    def __init__(self, spec: ProbeSpec, workdir: Path, role: str, child, result_path: Path, log_path: Path,
+                 scratch: Path):
+        self.spec, self.workdir, self.role, self.child = spec, workdir, role, child
+        self.result_path, self.log_path, self.scratch = result_path, log_path, scratch
+        self.pid = child.pid  # also its process group: the child leads a session of its own
+        self.started = time.monotonic()
+        self.deadline = self.started + spec.limit_s
+        self.sampler = TreeMemorySampler(child.pid)
+        self.sampler.start()
+        self.timed_out, self.killed = False, 0
+
+    def kill(self, timed_out: bool = False) -> None:
+        """SIGKILL the child's process group; `timed_out`: because its wall-clock limit passed."""
+        killed = kill_group(self.pid)
+        if timed_out and not self.timed_out:
+            self.timed_out, self.killed = True, killed
+
+
 def spawn_child(spec: ProbeSpec, workdir: Path, python: str = sys.executable) -> ChildRun:
     """Run `tune_advisor.probe.child` for `spec` in its own session (= process group) and wait for it."""
+    return wait_child(start_probe(spec, workdir, python=python))
+
+
+def start_probe(spec: ProbeSpec, workdir: Path, role: str = "", python: str = sys.executable,
+                slot: int = 0) -> Started:
+    """Start the child for `spec` in its own session (= process group) and return without waiting.
+
+    `slot` picks the zygote: one forks one child at a time, so probes that run together need one each."""
     workdir.mkdir(parents=True, exist_ok=True)
     spec_path = workdir / f"{spec.id}.spec.json"
     result_path = workdir / f"{spec.id}.result.json"
@@ -49,26 +82,61 @@ def spawn_child(spec: ProbeSpec, workdir: Path, python: str = sys.executable) ->
     # The child imports tune_advisor from wherever this process found it, installed or not.
     package_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    # The temporary files of the child and its loader workers go to a folder removed when it ends: a killed child,
+    # or one ending by os._exit as zygote children do, cannot clean up after itself. torch.compile's cache stays
+    # where it was (it lives under the temporary folder by default).
+    # The folder's path stays short: multiprocessing puts AF_UNIX sockets there (loader workers hand tensors over
+    # through them), and a socket path over 108 bytes fails to bind, leaving the workers stuck.
+    env.setdefault("TORCHINDUCTOR_CACHE_DIR", _inductor_cache_dir())
+    env["TMPDIR"] = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{spec.id}-", dir=scratch_base())
 
-    child = start_child(python, [str(spec_path), str(result_path)], log_path, env)
-    started = time.monotonic()
-    sampler = TreeMemorySampler(child.pid)
-    sampler.start()
-    timed_out, killed = False, 0
+    if spec.distributed:  # torchrun runs the child on every rank (distributed/launch.py); no zygote
+        from ..distributed.launch import Torchrun
+
+        child = Torchrun(python, spec.distributed, [str(spec_path), str(result_path)], log_path, env, spec.id)
+    else:
+        child = start_child(python, [str(spec_path), str(result_path)], log_path, env, slot)
+    return Started(spec, workdir, role, child, result_path, log_path, Path(env["TMPDIR"]))
+
+
+SCRATCH_PREFIX = "ta-"
+
+
+def scratch_base() -> str:
+    """Where probe scratch folders go: the temporary folder, unless its path is too long for the sockets
+    multiprocessing creates under it (~50 more bytes, of the 108 an AF_UNIX path may have); then /tmp."""
+    base = tempfile.gettempdir()
+    return base if len(base) <= 48 else "/tmp"
+
+
+def _inductor_cache_dir() -> str:
+    """Where torch.compile caches by default (torch._inductor's default_cache_dir): under the temporary folder."""
     try:
-        if not child.wait_until(started + spec.timeout_s):
-            timed_out = True
-            killed = kill_group(child.pid)
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid_{os.getuid()}"
+    return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
+
+
+def wait_child(run: Started) -> ChildRun:
+    """Wait for a started child until it exits or its wall-clock limit passes (then kill its process group), and
+    collect what it left behind."""
+    child, result_path, log_path = run.child, run.result_path, run.log_path
+    phase_path = result_path.with_name(result_path.name + ".phase")
+    try:
+        if not child.wait_until(run.deadline):
+            run.kill(timed_out=True)
             child.wait()
     except BaseException:  # Ctrl-C or any error here: leave nothing running behind us
         kill_group(child.pid)
         child.wait()
         raise
     finally:
-        sampler.stop()
+        run.sampler.stop()
         # Workers can outlive a crashed child; the group is killed either way.
         kill_group(child.pid)
-    wall = time.monotonic() - started
+        shutil.rmtree(run.scratch, ignore_errors=True)
+    wall = time.monotonic() - run.started
 
     result = None
     if result_path.exists():
@@ -77,7 +145,7 @@ def spawn_child(spec: ProbeSpec, workdir: Path, python: str = sys.executable) ->
         except json.JSONDecodeError:
             result = None
     phase = phase_path.read_text() if phase_path.exists() else ""
-    return ChildRun(child.returncode, result, timed_out, sampler.peak_bytes, killed, phase,
+    return ChildRun(child.returncode, result, run.timed_out, run.sampler.peak_bytes, run.killed, phase,
                     _tail(log_path), wall)
 
 
@@ -141,7 +209,11 @@ class Forked:
 
     def wait(self) -> None:
         if self.returncode is None:
-            self.returncode = self.zygote.reply()["exitcode"]
+            try:
+                self.returncode = self.zygote.reply()["exitcode"]
+            except BaseException:  # e.g. a second Ctrl-C: the zygote's replies are out of step from here on
+                _discard(self.zygote)
+                raise
 
 
 class Zygote:
@@ -167,30 +239,43 @@ class Zygote:
         return json.loads(line)
 
     def close(self) -> None:
-        self.proc.stdin.close()
+        self.proc.stdin.close()  # the zygote exits when its request pipe closes
         self.proc.wait()
+        self.proc.stdout.close()
 
 
-_zygote: Zygote | None = None
+_zygotes: dict[int, Zygote] = {}  # by slot: a zygote runs one child at a time; lockstep pairs use slots 0 and 1
 
 
-def start_child(python: str, argv: list[str], log_path: Path, env: dict[str, str]) -> Spawned | Forked:
-    """Fork the child from the zygote (started, or restarted when the environment changed, as needed); a new
-    process when TUNE_ADVISOR_NO_ZYGOTE is set or the zygote cannot start."""
-    global _zygote
+def start_child(python: str, argv: list[str], log_path: Path, env: dict[str, str],
+                slot: int = 0) -> Spawned | Forked:
+    """Fork the child from the slot's zygote (started, or restarted when the environment changed, as needed); a
+    new process when TUNE_ADVISOR_NO_ZYGOTE is set or the zygote cannot start."""
     if os.environ.get("TUNE_ADVISOR_NO_ZYGOTE") or not hasattr(os, "fork"):
         return Spawned(python, argv, log_path, env)
+    shared = {k: v for k, v in env.items() if k != "TMPDIR"}  # each child has its own: no reason for a new zygote
+    shared.update({"TMPDIR": os.environ["TMPDIR"]} if "TMPDIR" in os.environ else {})
     for _ in range(2):  # a zygote that died (killed from outside) is replaced once
+        zygote = _zygotes.get(slot)
         try:
-            if _zygote is None or _zygote.env != env or _zygote.python != python or _zygote.proc.poll() is not None:
-                if _zygote is not None:
-                    _zygote.close()
-                _zygote = None
-                _zygote = Zygote(python, env)
-            return Forked(_zygote, argv, log_path, env)
+            if zygote is None or zygote.env != shared or zygote.python != python or zygote.proc.poll() is not None:
+                if zygote is not None:
+                    del _zygotes[slot]
+                    zygote.close()
+                zygote = _zygotes[slot] = Zygote(python, shared)
+            return Forked(zygote, argv, log_path, env)
         except (OSError, ValueError):
-            _zygote = None
+            _zygotes.pop(slot, None)
     return Spawned(python, argv, log_path, env)
+
+
+def _discard(zygote: Zygote) -> None:
+    """Stop using `zygote` (the next probe starts a new one) and end it; its child was killed already."""
+    for slot, held in list(_zygotes.items()):
+        if held is zygote:
+            del _zygotes[slot]
+    zygote.proc.kill()
+    zygote.close()
 
 
 def _sleep_until_readable(fd: int, deadline: float) -> bool:
@@ -221,7 +306,13 @@ def kill_group(pgid: int) -> int:
 
 def run_probe(spec: ProbeSpec, workdir: Path, role: str = "") -> ProbeResult:
     """Run one probe child and turn however it ended into a ProbeResult."""
-    run = spawn_child(spec, workdir)
+    return finish_probe(start_probe(spec, workdir, role))
+
+
+def finish_probe(started: Started) -> ProbeResult:
+    """Wait for a started probe (`start_probe`) and turn however it ended into a ProbeResult."""
+    spec, workdir, role = started.spec, started.workdir, started.role
+    run = wait_child(started)
     res = run.result or {}
     result = ProbeResult(
         id=spec.id, settings=dict(spec.settings), status=Status(res.get("status", Status.CRASHED.value)),
@@ -237,10 +328,13 @@ def run_probe(spec: ProbeSpec, workdir: Path, role: str = "") -> ProbeResult:
     if run.timed_out:
         result.status = Status.TIMEOUT
         where = f" (last phase: {run.phase})" if run.phase else ""
-        result.error = (f"no result within the {spec.timeout_s:g} s limit{where}; killed the probe's "
+        result.error = (f"no result within the {spec.limit_s:g} s limit{where}; killed the probe's "
                         f"process group ({run.killed} process{'es' if run.killed != 1 else ''})")
     elif run.result is None:
-        result.status, result.error = classify_exit(run, spec)
+        from ..distributed.merge import failure  # a DDP job: which rank failed first, and why
+
+        found = failure(workdir / f"{spec.id}.result.json", run.log_tail) if spec.distributed else None
+        result.status, result.error = (Status(found[0]), found[1]) if found else classify_exit(run, spec)
     return result
 
 

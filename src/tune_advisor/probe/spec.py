@@ -6,6 +6,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+COMPILE_TIME_FACTOR = 3
+
 
 @dataclass(frozen=True)
 class Protocol:
@@ -30,6 +32,17 @@ class ProbeSpec:
     seed: int = 0
     mode: str = "probe"  # "probe" measures; "inspect" loads and checks the workload and reports its facts
     profile: bool = False  # run torch.profiler on a few extra steps after the measured ones (designated probes)
+    distributed: dict[str, Any] | None = None  # DDP under torchrun: distributed.launch.layout(); None: one process
+    # The gate's lockstep pairs (probe/lockstep.py): {"go": FIFO, "done": FIFO}; each measured step waits for the
+    # parent's baton, so two children alternate step by step. None: the child measures at its own pace.
+    lockstep: dict[str, str] | None = None
+
+    @property
+    def limit_s(self) -> float:
+        """The wall-clock limit the runner enforces: torch.compile probes get COMPILE_TIME_FACTOR times the
+        limit, because compiling (and recompiling for new shapes) a model on a CPU takes tens of seconds."""
+        compiling = self.settings.get("compile", "off") != "off"
+        return self.timeout_s * (COMPILE_TIME_FACTOR if compiling else 1)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

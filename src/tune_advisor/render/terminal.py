@@ -33,7 +33,7 @@ def probe_line(result: ProbeResult, baseline: dict[str, Any] | None) -> str:
 def probe_table(result: ProbeResult, console: Console) -> None:
     """The full numbers of one probe (`tune-advisor probe`)."""
     d = result.to_dict()
-    table = Table(title=f"probe: {knobs.describe(result.settings)}", show_header=False, title_justify="left")
+    table = Table(title=f"probe: {knobs.brief(result.settings)}", show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
     table.add_row("status", d["status"] + (f" — {d['error']}" if d["error"] else ""))
@@ -72,7 +72,7 @@ def document_summary(document: dict[str, Any], console: Console, results_path=No
     if not r.baseline_ok:
         console.print(f"[bold red]{escape(r.verdict)}[/]", highlight=False)
     else:
-        console.print(f"[bold]Baseline[/]     {escape(knobs.describe(base['settings']))}", highlight=False)
+        console.print(f"[bold]Baseline[/]     {escape(knobs.brief(base['settings']))}", highlight=False)
         console.print(f"               {escape(fmt_ci(base.get('throughput')))}, "
                       f"peak memory {fmt_bytes(base.get('peak_memory_bytes'))}", highlight=False)
         if r.changes:
@@ -144,10 +144,26 @@ def comparison_summary(comparison: "view.Comparison", console: Console) -> None:
 
 def settings_snippet(settings: dict[str, Any]) -> str:
     """The recommended settings as code a user pastes into their training script."""
-    lines = [f"loader = DataLoader(dataset, batch_size={settings['batch_size']}, shuffle=True, "
-             f"num_workers={settings['num_workers']}" + (", pin_memory=True" if settings["pin_memory"] else "") + ")"]
+    loader_args = [f"batch_size={settings['batch_size']}", "shuffle=True", f"num_workers={settings['num_workers']}"]
+    if settings["pin_memory"]:
+        loader_args.append("pin_memory=True")
+    if settings["num_workers"] > 0 and settings["persistent_workers"]:
+        loader_args.append("persistent_workers=True")
+    if settings["num_workers"] > 0 and settings["prefetch_factor"] != knobs.KNOBS["prefetch_factor"].default:
+        loader_args.append(f"prefetch_factor={settings['prefetch_factor']}")
+    lines = [f"loader = DataLoader(dataset, {', '.join(loader_args)})"]
     if settings["cudnn_benchmark"]:
         lines.insert(0, "torch.backends.cudnn.benchmark = True")
+    if settings["matmul_precision"] != "highest":
+        inside = "TF32" if settings["matmul_precision"] == "high" else "bf16"
+        lines.insert(0, f'torch.set_float32_matmul_precision("{settings["matmul_precision"]}")  # {inside} inside '
+                        'float32 matmuls')
+    if settings["optimizer_impl"] != "default":
+        lines.append(f"optimizer = torch.optim.AdamW(model.parameters(), lr=lr, {settings['optimizer_impl']}=True)"
+                     "  # your optimizer class, same arguments")
+    if settings["compile"] != "off":
+        mode = "" if settings["compile"] == "default" else f', mode="{settings["compile"]}"'
+        lines.append(f"model = torch.compile(model{mode})  # compiles at the first steps")
     if settings["channels_last"]:
         lines.append("model = model.to(memory_format=torch.channels_last)  # and inputs: "
                      "x = x.contiguous(memory_format=torch.channels_last)")

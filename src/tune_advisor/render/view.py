@@ -169,7 +169,7 @@ def build(document: Mapping[str, Any]) -> Report:
         speedup=speedup,
         verdict=_verdict(baseline, recommended, changes, probes, speedup),
         snippet=_snippet(recommended) if changes else None,
-        batch_note=_batch_note(base_settings, changes),
+        batch_note=_batch_note(base_settings, changes, as_dict(workload.get("facts")).get("dataset_len")),
         findings=[_finding(f) for f in _list(doc.get("findings")) if isinstance(f, dict)],
         staircase=staircase(baseline, recommended, probes),
         rows=rows,
@@ -227,13 +227,11 @@ def _snippet(recommended: dict) -> str:
     return textwrap.dedent(settings_snippet(knobs.full_settings(as_dict(recommended.get("settings")))))
 
 
-def _batch_note(base: dict, changes: dict) -> str | None:
+def _batch_note(base: dict, changes: dict, dataset_len: Any = None) -> str | None:
     old, new = base.get("batch_size"), changes.get("batch_size")
-    if not isinstance(old, int) or not isinstance(new, int) or old <= 0:
+    if not isinstance(old, int) or not isinstance(new, int) or old <= 0 or new <= 0:
         return None
-    k = new / old
-    return (f"batch_size {old} → {new} changes optimisation: scale the learning rate (about {k:g}x linear, "
-            f"or √{k:g} for Adam-style) or keep the old batch with gradient accumulation")
+    return knobs.batch_change_note(old, new, dataset_len if isinstance(dataset_len, int) else None)
 
 
 def _gpu_util(gpu: Any) -> float | None:

@@ -17,6 +17,7 @@ from .registry import FAMILIES, RULES, SEVERITIES, Rule, rule
 
 # Importing a family module registers its rules.
 from . import input_pipeline, host, memory, precision, graph, numerics, environment  # noqa: E402,F401  isort:skip
+from . import distributed  # noqa: E402,F401  isort:skip  (TA6xx: DDP probes)
 
 __all__ = ["RULES", "FAMILIES", "Rule", "evaluate", "chosen", "rule"]
 

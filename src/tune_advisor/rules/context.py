@@ -13,9 +13,6 @@ from typing import Any, Iterable
 from .. import knobs
 from ..analysis import stats
 from ..planner.session import MIN_GAIN as SIGNIFICANT_GAIN  # the planner's bar: rules judge gains the same way
-# Knobs the catalogue will gain later (SPEC §3); a document without them ran with these values.
-LATER_DEFAULTS = {"compile": "off", "matmul_precision": "highest", "persistent_workers": False,
-                  "prefetch_factor": 2, "optimizer_impl": "default"}
 
 
 def num(x: Any) -> float | None:
@@ -27,7 +24,7 @@ def num(x: Any) -> float | None:
 
 
 def all_settings(settings: dict[str, Any]) -> dict[str, Any]:
-    return {**LATER_DEFAULTS, **knobs.defaults(), **(settings or {})}
+    return {**knobs.defaults(), **(settings or {})}  # a document from before a knob existed ran at its default
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""TA5xx: graph, compile and cuDNN — memory layout and convolution autotuning."""
+"""TA5xx: graph, compile and cuDNN — memory layout, torch.compile, and convolution autotuning."""
 
 from __future__ import annotations
 
@@ -138,3 +138,109 @@ def cudnn_benchmark_with_dynamic_shapes(ctx: Context) -> Finding | None:
         message += f"; cudnn_benchmark=False trains {gain.text()} faster"
     return Finding(message, {"input_shapes_static": False, "distinct_input_shapes": shapes},
                    {"cudnn_benchmark": False}, snippets.cudnn_benchmark(False), gain, base.ids)
+
+
+@rule("TA504", "compile-break-even", "info")
+def compile_break_even(ctx: Context) -> Finding | None:
+    """What torch.compile bought, and after how many steps its compile time pays for itself.
+
+    What it finds:
+        A probe with `compile` on and its twin equal but for `compile=off`, both finished. The finding states
+        the measured speed-up of the steady state, the compile time, and the break-even step count; or that
+        compiling did not make the steps faster.
+
+    Why it matters:
+        torch.compile trades a one-off compilation (seconds to minutes, paid again whenever the code or the
+        input shapes change) for faster steps. Whether that pays depends on how long the training runs: a
+        short fine-tune may never earn back what compiling cost.
+
+    How it is measured:
+        The compiled probe's `extra.compile.compile_s`: the warm-up steps' time beyond as many steady measured
+        steps (compilation and autotuning happen in the first steps, never in the timed ones), with torch's
+        on-disk compile caches as they stand (a first-ever compile of the model takes longer). The per-step
+        saving is the difference of the two probes' median step times; break-even = compile time / saving.
+        The speed-up is the throughput ratio with its bootstrap CI.
+
+    Fix:
+        When the break-even is well inside your training run, compile the model; otherwise leave it off.
+
+    Example:
+        `torch.compile (default) trains 1.31x [1.24, 1.38] faster after 41.2 s of compiling: it pays off after
+        about 2,300 steps (6.1 min of training at the compiled speed)`
+    """
+    base = ctx.baseline
+    for mode in ("default", "reduce-overhead", "max-autotune"):
+        for off, on in ctx.pairs("compile", mode):
+            if off["compile"] != "off":
+                continue
+            stats = on.extra("compile") or {}
+            compile_s = stats.get("compile_s")
+            if compile_s is None:
+                continue
+            gain = ctx.gain(off, on)
+            saving = off.step_median - on.step_median
+            where = "" if off is base else f" (with {changed(off.settings, base.settings)})" if base else ""
+            evidence = {"mode": mode, "compile_s": round(compile_s, 3), "graphs": stats.get("graphs"),
+                        "unsupported": stats.get("unsupported") or [],
+                        "recompiles": (stats.get("recompiles_warmup") or 0) + (stats.get("recompiles_measured") or 0),
+                        "step_s_off": round(off.step_median, 6), "step_s_on": round(on.step_median, 6)}
+            if gain.significant and saving > 0:
+                steps = compile_s / saving
+                evidence["break_even_steps"] = round(steps)
+                message = (f"torch.compile ({mode}) trains {gain.text()} faster{where} after {compile_s:.1f} s of "
+                           f"compiling: it pays off after about {steps:,.0f} steps "
+                           f"({steps * on.step_median / 60:.1f} min of training at the compiled speed)")
+                settings = {"compile": mode}
+            else:
+                message = (f"torch.compile ({mode}) did not train faster{where}: {gain.text()} after "
+                           f"{compile_s:.1f} s of compiling; leave it off")
+                if not stats.get("graphs") and stats.get("unsupported"):
+                    message += f" (it compiled no graph: {stats['unsupported'][0]})"
+                settings = {}
+            return Finding(message, evidence, settings, snippets.compile_model(mode), gain, off.ids + on.ids)
+    return None
+
+
+@rule("TA505", "compile-recompiles", "warning")
+def compile_recompiles(ctx: Context) -> Finding | None:
+    """torch.compile compiled the model again and again: the input shapes keep changing.
+
+    What it finds:
+        A probe with `compile` on whose dynamo counters show recompilations (a new graph for new input
+        shapes), during warm-up beyond the first or while measuring, with more than one per-sample input shape
+        among the measured batches (sequences padded per batch, variable image sizes).
+
+    Why it matters:
+        Every new shape costs another compilation, seconds each on a GPU and more on a CPU. After a shape
+        changes, dynamo marks that dimension dynamic and compiles a general kernel, which is often slower
+        than the specialised one. Recompiles inside the timed steps also make the steps' time unpredictable.
+
+    How it is measured:
+        `extra.compile.recompiles_warmup` and `recompiles_measured`: graphs torch._dynamo compiled after the
+        first step (every step runs the same code, so a new graph means new shapes), before and after warm-up and `extra.distinct_input_shapes`. No gain is claimed.
+
+    Fix:
+        Pad or bucket the inputs to a few fixed lengths (for example multiples of 64 tokens), or compile with
+        `dynamic=True` so one general graph serves every shape from the start; raise
+        `torch._dynamo.config.cache_size_limit` only as a last resort.
+
+    Example:
+        `torch.compile recompiled 3 times (2 while measuring): the inputs took 17 shapes in 40 steps`
+    """
+    for config in ctx.configs.values():
+        if config["compile"] == "off":
+            continue
+        stats = config.extra("compile") or {}
+        warm, measured = stats.get("recompiles_warmup") or 0, stats.get("recompiles_measured") or 0
+        shapes = config.extra("distinct_input_shapes")
+        if warm + measured == 0 or not shapes or shapes <= 1:
+            continue
+        times = f"{warm + measured} time{'s' if warm + measured != 1 else ''}"
+        message = (f"torch.compile recompiled {times} ({measured} while measuring): the inputs "
+                   f"took {shapes} shapes in {len(config.step_s)} steps")
+        evidence = {"recompiles_warmup": warm, "recompiles_measured": measured, "distinct_input_shapes": shapes,
+                    "graphs": stats.get("graphs")}
+        snippet = ("model = torch.compile(model, dynamic=True)  # one graph for every sequence length\n"
+                   "# or pad each batch to a multiple of 64 in collate_fn so only a few shapes occur")
+        return Finding(message, evidence, {}, snippet, probes=config.ids)
+    return None

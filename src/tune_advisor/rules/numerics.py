@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+from .. import knobs
+from ..analysis import parity
 from . import snippets
-from .context import Context, Finding, changed
+from .context import Config, Context, Finding, changed
 from .registry import rule
-
-LOSS_STEPS = 10  # compare the loss over the first measured steps: same seed and data order, so it should agree
-LOSS_TOLERANCE = 0.05  # a mean relative difference above 5% means reduced precision changed the training
 
 
 @rule("TA701", "non-finite-loss", "error")
@@ -73,8 +72,10 @@ def amp_changes_loss(ctx: Context) -> Finding | None:
 
     How it is measured:
         Every probe uses the same seed for weights and data order, so the `raw.loss` sequences of a pair equal
-        but for `amp` agree step by step up to rounding. The rule compares the first 10 common measured steps:
-        mean |loss_amp - loss_fp32| over mean |loss_fp32|, above 0.05 fires.
+        but for `amp` agree step by step up to rounding. The rule compares their common measured steps
+        (`analysis.parity`): mean |loss_amp - loss_fp32| over the mean of the larger of the two per step,
+        above 0.05 fires. The planner
+        applies the same test and does not recommend such settings.
 
     Fix:
         Keep the numerically sensitive parts in float32 (compute the loss outside autocast, or wrap the
@@ -82,30 +83,81 @@ def amp_changes_loss(ctx: Context) -> Finding | None:
         fp16, and check the loss curve over a longer run before adopting AMP.
 
     Example:
-        `with amp=bf16 the loss over the first 10 steps differs from float32 by 30% on average (p001 vs p002)`
+        `with amp=bf16 the loss over 40 measured steps differs from float32 by 30% on average (p001 vs p002)`
     """
     for value in ("bf16", "fp16"):
-        for off, on in ctx.pairs("amp", value):
-            if off["amp"] != "off":
-                continue
-            a, b = ((c.first.get("raw") or {}).get("loss") or [] for c in (off, on))
-            steps = [(x, y) for x, y in list(zip(a, b))[:LOSS_STEPS] if x is not None and y is not None]
-            scale = sum(abs(x) for x, _ in steps)
-            if not steps or scale == 0:
-                continue
-            diff = sum(abs(y - x) for x, y in steps) / scale
-            if diff <= LOSS_TOLERANCE:
-                continue
-            first, second = off.ids[0], on.ids[0]
-            message = (f"with amp={value} the loss over the first {len(steps)} steps differs from float32 by "
-                       f"{diff:.0%} on average ({first} vs {second})")
-            evidence = {"amp": value, "steps": len(steps), "mean_relative_difference": round(diff, 4),
-                        "loss_float32": [x for x, _ in steps], f"loss_{value}": [y for _, y in steps]}
+        found = _loss_change(ctx, "amp", value)
+        if found:
             snippet = ("with torch.autocast(device_type=device.type, dtype=torch.bfloat16):\n"
                        "    output = model(inputs)\n"
                        "loss = loss_fn(output.float(), targets)  # the loss in float32, outside autocast")
-            return Finding(message, evidence, {}, snippet, probes=[first, second])
+            return _loss_finding("amp", value, *found, snippet)
     return None
+
+
+@rule("TA704", "compile-or-tf32-changes-loss", "warning")
+def compile_or_tf32_changes_loss(ctx: Context) -> Finding | None:
+    """torch.compile or TF32 matmuls changed the loss, not only the speed.
+
+    What it finds:
+        Two probes that differ only in `compile` (off against a compile mode) or in `matmul_precision`
+        (highest against high, TF32 on Ampere+ GPUs, or medium, bf16 inside float32 matmuls) trained on the same data in the same order from the same
+        initial weights, yet their losses over the common measured steps differ by more than 5% on average.
+
+    Why it matters:
+        Both knobs are meant to leave training the same: compiled kernels reorder floating-point sums, and TF32
+        and bf16 round matmul inputs to 10 and 7 mantissa bits, which should move the loss only in its last digits. A visible
+        change points at a numerically fragile model (huge activations, catastrophic cancellation) or a
+        compiler bug, and the speed is worth nothing if the model then learns differently.
+
+    How it is measured:
+        As TA702 (`analysis.parity`): mean |loss_knob - loss_reference| over the mean of the larger of the
+        two per step, on the common measured steps of the pair; above 0.05 fires. The planner applies the same test and does not
+        recommend such settings.
+
+    Fix:
+        Keep the knob off for this model, or find the fragile operation (compare the two runs layer by layer)
+        and keep it in full precision: `torch.set_float32_matmul_precision("highest")` around it, or exclude
+        it from compilation with `torch.compiler.disable`.
+
+    Example:
+        `with compile=default the loss over 40 measured steps differs from the reference by 12% on average
+        (p001 vs p007)`
+    """
+    for knob, values in (("compile", ("default", "reduce-overhead", "max-autotune")),
+                         ("matmul_precision", ("high", "medium"))):
+        for value in values:
+            found = _loss_change(ctx, knob, value)
+            if found:
+                snippet = (f"# {knob}={value} changed the loss: keep it at "
+                           f"{parity.NUMERIC_KNOBS[knob]} for this model\n"
+                           "@torch.compiler.disable  # or: keep one fragile function out of the compiled graph\n"
+                           "def fragile_part(x): ...")
+                return _loss_finding(knob, value, *found, snippet)
+    return None
+
+
+def _loss_change(ctx: Context, knob: str, value) -> tuple[Config, Config, parity.Parity] | None:
+    """The first pair differing only in `knob` (reference value against `value`) whose losses part ways."""
+    for ref, on in ctx.pairs(knob, value):
+        if ref[knob] != parity.NUMERIC_KNOBS[knob]:
+            continue
+        a, b = ((c.first.get("raw") or {}).get("loss") or [] for c in (ref, on))
+        found = parity.compare(a, b)
+        if found is not None and not found.ok:
+            return ref, on, found
+    return None
+
+
+def _loss_finding(knob: str, value, ref: Config, on: Config, found: parity.Parity, snippet: str) -> Finding:
+    first, second = ref.ids[0], on.ids[0]
+    reference = "float32" if knob == "amp" else "the reference"
+    message = (f"with {knob}={value} the loss over {found.steps} measured steps differs from {reference} by "
+               f"{found.difference:.0%} on average ({first} vs {second})")
+    a, b = ((c.first.get("raw") or {}).get("loss") or [] for c in (ref, on))
+    evidence = {knob: value, "steps": found.steps, "mean_relative_difference": round(found.difference, 4),
+                "tolerance": parity.TOLERANCE, "loss_reference": a[:found.steps], f"loss_{knob}": b[:found.steps]}
+    return Finding(message, evidence, {}, snippet, probes=[first, second])
 
 
 @rule("TA703", "batch-change-affects-optimisation", "info")
@@ -126,22 +178,29 @@ def batch_change_affects_optimisation(ctx: Context) -> Finding | None:
 
     Fix:
         Scale the learning rate with the batch (linear for SGD, square root is common for Adam-style
-        optimisers) and re-check convergence; or keep the old effective batch with gradient accumulation when
-        the batch had to shrink.
+        optimisers) and re-check convergence. Gradient accumulation keeps the effective batch: when the batch
+        shrinks, accumulate old/new micro-batches; if you already accumulate n micro-batches, divide n by
+        new/old when the batch grows.
 
     Example:
-        `the recommended batch_size=64 is 2x the baseline's 32: scale the learning rate by 2 (SGD) or 1.41
-        (Adam-style), or keep the effective batch by design`
+        `batch_size 32 → 128: each optimizer step averages 4x the samples; 1,563 → 391 optimizer steps per
+        epoch. Scale the learning rate about 4x (linear rule, SGD) or 2x (square root, Adam-style) with a
+        warm-up, and re-check convergence; if you already accumulate gradients over n micro-batches of 32,
+        accumulate n/4 of 128 to keep your effective batch of 32·n.`
     """
     base, rec = ctx.baseline, ctx.recommended
     if base is None or rec is None or base["batch_size"] == rec["batch_size"]:
         return None
     old, new = base["batch_size"], rec["batch_size"]
-    ratio = new / old
-    message = (f"the recommended batch_size={new} is {ratio:g}x the baseline's {old}: scale the learning rate by "
-               f"{ratio:g} (SGD) or {ratio ** 0.5:.3g} (Adam-style), or keep the effective batch by design")
-    snippet = snippets.lr_scaling(old, new)
-    if ratio < 1 and (old % new == 0):
-        snippet += "\n# or keep the effective batch of the baseline:\n" + snippets.gradient_accumulation(old // new)
-    return Finding(message, {"baseline_batch_size": old, "recommended_batch_size": new}, {"batch_size": new},
-                   snippet, probes=rec.ids[:1])
+    message = knobs.batch_change_note(old, new, ctx.facts.get("dataset_len"))
+    evidence = {"baseline_batch_size": old, "recommended_batch_size": new, "samples_per_step_ratio": new / old}
+    if new < old and old % new == 0:  # keep the baseline's effective batch by accumulating
+        evidence["accumulation_steps"] = old // new
+        snippet = snippets.gradient_accumulation(old // new)
+    else:
+        snippet = snippets.lr_scaling(old, new)
+        if new % old == 0:
+            evidence["accumulation_divisor"] = new // old
+            snippet += (f"\n# already accumulating n micro-batches of {old}? Accumulate n/{new // old} of {new} "
+                        "instead: same effective batch")
+    return Finding(message, evidence, {"batch_size": new}, snippet, probes=rec.ids[:1])

@@ -74,3 +74,8 @@ def gradient_accumulation(steps: int) -> str:
 def set_num_threads(threads: int) -> str:
     return (f"torch.set_num_threads({threads})  # intra-op threads: cores left after the loader workers\n"
             "# or, before Python starts: OMP_NUM_THREADS=" + str(threads))
+
+
+def compile_model(mode: str) -> str:
+    args = "" if mode == "default" else f', mode="{mode}"'
+    return f"model = torch.compile(model{args})  # once, after moving the model to the device"

@@ -1,7 +1,9 @@
-"""Derive the synthetic CUDA golden documents from the real CPU run tests/golden/cnn.results.json.
+"""Derive the synthetic golden documents from real CPU runs (tests/golden/cnn.results.json and
+compile_varlen.results.json).
 
-The CUDA-only rules cannot fire on this CPU machine, so these documents are hand-made: every change to the real
-document is listed in its "_synthetic" key. Their numbers are not measurements; real-GPU checks come later.
+The CUDA-only rules cannot fire on this CPU machine, and torch.compile does not change this model's loss, so these
+documents are hand-made: every change to the real document is listed in its "_synthetic" key. Their numbers are not
+measurements; real-GPU checks come later.
 
     python tests/golden/rules/derive.py      # rewrites synthetic_cuda_*.results.json next to this file
 """
@@ -16,6 +18,7 @@ from tune_advisor.probe.result import ProbeResult
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE.parent / "cnn.results.json"
+COMPILE_SOURCE = HERE.parent / "compile_varlen.results.json"
 GIB = 2**30
 
 
@@ -128,10 +131,24 @@ def fp16_dynamic(real: dict) -> dict:
     ])
 
 
+def compile_loss(real: dict) -> dict:
+    """The compiled probes' losses scaled by 1.2, as if compilation had changed the arithmetic."""
+    doc = copy.deepcopy(real)
+    changed = []
+    for i, p in enumerate(doc["probes"]):
+        if p["status"] == "ok" and p["settings"].get("compile", "off") != "off":
+            doc["probes"][i] = rewrite(p, loss_scale=1.2)
+            changed.append(p["id"])
+    return finish(doc, [f"{', '.join(changed)} (compile on): raw.loss scaled by 1.2"])
+
+
 def main() -> None:
     real = json.loads(SOURCE.read_text())
     for name, make in (("synthetic_cuda_untuned", untuned), ("synthetic_cuda_fp16_dynamic", fp16_dynamic)):
         (HERE / f"{name}.results.json").write_text(json.dumps(make(real), indent=1, allow_nan=False) + "\n")
+    compiled = json.loads(COMPILE_SOURCE.read_text())
+    (HERE / "synthetic_compile_loss.results.json").write_text(
+        json.dumps(compile_loss(compiled), indent=1, allow_nan=False) + "\n")
 
 
 if __name__ == "__main__":
