@@ -277,7 +277,7 @@ class AdaptivePlanner(Planner):
                 self._set_frontier(previous, value, predicted, best is previous, previous_gain)
                 self.notes.append(f"batch_size ladder stopped before batch_size={value}: {predicted}")
                 break
-            if not s.affordable():
+            if not s.affordable(extra_s=self._ladder_extra_s(name, previous, value)):
                 s.unexplored.extend(f"{name}={v}: over budget" for v in values[i:])
                 break
             result = s.run(settings, f"ladder:{name}")
@@ -305,6 +305,14 @@ class AdaptivePlanner(Planner):
         if steps:
             self.decisions.append(f"{name} ladder: {' -> '.join(steps)}")
         return best
+
+    def _ladder_extra_s(self, name: str, previous: ProbeResult, value) -> float:
+        """What the next loader-ladder probe likely costs beyond a typical probe: its warm-up and its step cap grow
+        with the worker count (they are counted in waves), so from the previous rung's wall time, scaled."""
+        if name != "num_workers" or previous.wall_s <= 0:
+            return 0.0
+        scale = max(1.0, value / max(1, previous.settings["num_workers"]))
+        return max(0.0, previous.wall_s * scale - self.session.typical_probe_s())
 
     def bisect(self, best: ProbeResult) -> ProbeResult:
         """Narrow the gap between the largest batch that fit and the smallest that did not."""

@@ -191,7 +191,9 @@ class Session:
         bursty, and one short probe can hide a real gain; smaller gains are not worth two more probes."""
         median, low, _ = self.gain(reference, candidate)
         pair = (_key(reference.settings), _key(candidate.settings))
-        if median >= 1 + RECHECK_GAIN and low <= 1.0 and pair not in self._rechecked and self.affordable(2):
+        again_s = max(0.0, reference.wall_s + candidate.wall_s - 2 * self.typical_probe_s())  # their own cost
+        if (median >= 1 + RECHECK_GAIN and low <= 1.0 and pair not in self._rechecked
+                and self.affordable(2, extra_s=again_s)):
             self._rechecked.add(pair)
             self.run(candidate.settings, "recheck", reuse=False)
             self.run(reference.settings, "recheck", reuse=False)
