@@ -1,5 +1,7 @@
 """Each knob really takes effect inside the child: evidence recorded there during the first step."""
 
+import dataclasses
+
 import pytest
 
 from tune_advisor import api
@@ -88,7 +90,10 @@ def test_compile_time_is_measured_apart_from_the_timed_steps(tmp_path):
 
 
 def test_varying_input_shapes_make_compile_recompile(tmp_path):
-    _, result = api.probe(WORKLOADS / "tiny_varlen.py", {"compile": "default"}, device="cpu", protocol=FAST,
+    # A recompile inside the measured steps can take seconds on a busy machine: the time cap must not end the
+    # measurement after one step, before a second shape shows.
+    protocol = dataclasses.replace(FAST, min_steps=8, max_time_s=120.0)
+    _, result = api.probe(WORKLOADS / "tiny_varlen.py", {"compile": "default"}, device="cpu", protocol=protocol,
                           workdir=tmp_path)
     assert result.ok, result.error
     stats = result.extra["compile"]
