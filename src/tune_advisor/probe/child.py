@@ -42,6 +42,8 @@ class Phase:
             pass  # a phase note is a courtesy; it must never fail the probe
 
 
+COMPILE_QUIET_STEPS = 3  # a compiled model is warm once this many steps in a row compiled nothing new
+COMPILE_EXTRA_WARMUP = 30  # ... or after this many extra warm-up steps (shapes that never settle: see TA505)
 MIN_WAVES_AT_CAP = 25  # the measured-step cap is at least this many loader waves
 
 
@@ -356,6 +358,16 @@ def _measure(spec: ProbeSpec, phase: Phase, out: dict[str, Any], workdir: Path |
         if compile_stats and step == 0:
             compile_stats.mark("first_step")
         phase(f"warm-up step {step + 1} of {warmup_steps} done")
+    if compile_stats:
+        # Dynamo recompiles when input shapes change (then compiles a dynamic-shape graph): warm-up goes on until
+        # COMPILE_QUIET_STEPS steps in a row compile nothing, so the timed steps see the settled graph.
+        quiet = 0
+        while quiet < COMPILE_QUIET_STEPS and len(warmup_step_s) < warmup_steps + COMPILE_EXTRA_WARMUP:
+            graphs = compile_stats.graphs()
+            phase(f"warm-up step {len(warmup_step_s) + 1}: torch.compile may still be compiling")
+            warmup_step_s.append(one_step(len(warmup_step_s), record=False))
+            quiet = quiet + 1 if compile_stats.graphs() == graphs else 0
+        warmup_steps = len(warmup_step_s)
     out["extra"]["warmup_s"] = time.perf_counter() - warmup_start
     out["extra"]["warmup_steps"] = warmup_steps
     out["extra"]["warmup_step_s"] = warmup_step_s
@@ -495,6 +507,9 @@ class CompileStats:
     def _snapshot(self) -> dict[str, int]:
         return {"graphs": int(self.counters["stats"].get("unique_graphs", 0)),
                 "graph_breaks": int(sum(self.counters["graph_break"].values()))}
+
+    def graphs(self) -> int:
+        return self._snapshot()["graphs"]
 
     def mark(self, name: str) -> None:
         self.marks[name] = self._snapshot()

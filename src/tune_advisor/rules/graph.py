@@ -156,8 +156,10 @@ def compile_break_even(ctx: Context) -> Finding | None:
 
     How it is measured:
         The compiled probe's `extra.compile.compile_s`: the warm-up steps' time beyond as many steady measured
-        steps (compilation and autotuning happen in the first steps, never in the timed ones), with torch's
-        on-disk compile caches as they stand (a first-ever compile of the model takes longer). The per-step
+        steps (compilation and autotuning happen in the first steps, never in the timed ones; warm-up goes on
+        until 3 steps in a row compile nothing new), with torch's on-disk compile caches as they stand (a
+        first-ever compile of the model takes longer). If dynamo still recompiled inside the timed steps, no
+        speed or break-even is claimed. The per-step
         saving is the difference of the two probes' median step times; break-even = compile time / saving.
         The speed-up is the throughput ratio with its bootstrap CI.
 
@@ -179,6 +181,13 @@ def compile_break_even(ctx: Context) -> Finding | None:
                 continue
             gain = ctx.gain(off, on)
             saving = off.step_median - on.step_median
+            if stats.get("recompiles_measured"):  # compile time inside the timed steps: no steady speed to quote
+                message = (f"torch.compile ({mode}) kept recompiling into the measured steps (new input shapes, "
+                           f"see TA505): its steady speed was not measured ({compile_s:.1f} s of compiling before)")
+                evidence = {"mode": mode, "compile_s": round(compile_s, 3),
+                            "recompiles_measured": stats["recompiles_measured"]}
+                return Finding(message, evidence, {}, snippets.compile_model(mode), Gain.estimated(
+                    None, "no steady state to compare"), off.ids + on.ids)
             where = "" if off is base else f" (with {changed(off.settings, base.settings)})" if base else ""
             evidence = {"mode": mode, "compile_s": round(compile_s, 3), "graphs": stats.get("graphs"),
                         "unsupported": stats.get("unsupported") or [],
