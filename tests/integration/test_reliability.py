@@ -83,8 +83,11 @@ def test_analyze_killed_at_random_points_is_readable_renders_and_resumes_without
     for point in range(KILL_POINTS):
         how = ["SIGINT", "SIGKILL", "SIGINT twice"][point % 3]
         before = len(saved_probes(out))
+        # Ctrl-C's default action for the CLI, as in a terminal: an ignored SIGINT is inherited across exec, and an
+        # earlier in-process `analyze` interrupted in this test session leaves this process ignoring it.
         proc = subprocess.Popen(command + (["--resume"] if point else []), env=env, start_new_session=True,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         lock = out / rundir.LOCK_NAME
         # The kill point: a random time after the run took the folder, or just after its next probe is saved.
         running = wait_for(lambda: lock.exists() and lock.read_text().strip() == str(proc.pid), proc)
