@@ -11,7 +11,7 @@ from functools import cached_property
 from typing import Any, Iterable
 
 from .. import knobs
-from ..analysis import stats
+from ..analysis import parity, stats
 from ..planner.session import MIN_GAIN as SIGNIFICANT_GAIN  # the planner's bar: rules judge gains the same way
 
 
@@ -214,6 +214,12 @@ class Context:
             self._gains[key] = Gain(num(median), num(low), num(high), measured=True, probes=a.ids + b.ids,
                                     basis=f"measured: {_ids(a)} -> {_ids(b)}, ratio of throughputs, 95% bootstrap CI")
         return self._gains[key]
+
+    def loss_changed(self, reference: Config, candidate: Config) -> bool:
+        """Whether `candidate`'s loss parted from `reference`'s beyond the parity tolerance (analysis/parity.py):
+        such settings are not a speed-up to recommend (TA702, TA704 report them)."""
+        found = parity.compare(*(((c.first.get("raw") or {}).get("loss") or []) for c in (reference, candidate)))
+        return found is not None and not found.ok
 
     def failed(self, *statuses: str) -> list[dict[str, Any]]:
         return [p for p in self.probes if p.get("status") in statuses]

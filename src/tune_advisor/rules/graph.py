@@ -181,6 +181,11 @@ def compile_break_even(ctx: Context) -> Finding | None:
                 continue
             gain = ctx.gain(off, on)
             saving = off.step_median - on.step_median
+            if ctx.loss_changed(off, on):  # not a speed-up to take: TA704 reports the loss
+                message = (f"torch.compile ({mode}) changed the loss (see TA704): {gain.text()} after "
+                           f"{compile_s:.1f} s of compiling, but not recommended")
+                return Finding(message, {"mode": mode, "compile_s": round(compile_s, 3)}, {},
+                               snippets.compile_model(mode), gain, off.ids + on.ids)
             if stats.get("recompiles_measured"):  # compile time inside the timed steps: no steady speed to quote
                 message = (f"torch.compile ({mode}) kept recompiling into the measured steps (new input shapes, "
                            f"see TA505): its steady speed was not measured ({compile_s:.1f} s of compiling before)")

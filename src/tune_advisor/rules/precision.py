@@ -44,7 +44,7 @@ def full_precision_compute(ctx: Context) -> Finding | None:
     if base is None or base["amp"] != "off":
         return None
     measured = [(ctx.gain(base, on), on) for value in ("bf16", "fp16") if (on := ctx.variant(base, amp=value))]
-    measured = [(g, on) for g, on in measured if g.significant]
+    measured = [(g, on) for g, on in measured if g.significant and not ctx.loss_changed(base, on)]  # TA702
     if not measured:
         return None
     gain, best = max(measured, key=lambda m: m[0].median)
