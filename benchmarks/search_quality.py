@@ -3,10 +3,13 @@
 For every fixture, in one run:
   1. `--strategy grid`: every combination of the fixture's SEARCH (no budget), confirmation included (a finished
      grid run left in the same --out folder is reused: it is the slow part);
-  2. the adaptive planner, twice (the second run checks that it recommends the same settings, or settings
-     within noise of them);
-  3. the grid's fastest configuration and the planners' recommendations re-measured interleaved, ROUNDS rounds
-     (G P P' G P P' ...), so machine drift hits all alike. regret = 1 - planner/grid, from the pooled samples.
+  2. the adaptive planner, twice, exploring the same knobs as the grid (`--knobs` = the fixture's SEARCH names);
+     the second run checks that it recommends the same settings, or settings within noise of them;
+  3. the grid's fastest configuration against the planner's recommendation (and the first run's against the
+     second's): ROUNDS pairs measured together in lockstep (probe/lockstep.py; who moves first, and which zygote
+     slot each side takes, alternate), or one after the other (G P, P G, ...) when their loaders differ, which
+     lockstep cannot compare fairly. regret = 1 - planner/grid: the median of the rounds' ratios, with their range.
+     Identical settings are not measured: their ratio is 1.
 Cost = the planner's wall time over the grid's (each a whole `analyze`: inspection, probes, confirmation).
 
     python benchmarks/search_quality.py [FIXTURE.py ...] [--out DIR]
@@ -22,15 +25,19 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from tune_advisor import api, knobs, results
-from tune_advisor.analysis import stats
 from tune_advisor.errors import UsageError
+from tune_advisor.planner.session import pair_ratio, together
+from tune_advisor.probe import lockstep
 from tune_advisor.probe.result import ProbeResult
-from tune_advisor.probe.spec import Protocol
+from tune_advisor.probe.runner import run_probe
+from tune_advisor.probe.spec import ProbeSpec, Protocol
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ["io_bound.py", "augment_cpu.py", "tiny_batch_mlp.py", "cnn.py", "hf_transformer.py", "lstm_collate.py"]
-ROUNDS = 3
+ROUNDS = 4  # even: each side moves first (and takes zygote slot 0) as often as the other
 # The same protocol for every strategy; shorter than the default so the grids (~250 probes) take minutes.
 PROTOCOL = Protocol(warmup_steps=2, min_steps=8, min_time_s=0.5, max_time_s=8.0)
 PLANNER_BUDGET = "15m"  # the CLI default: the planner stops on its own long before
@@ -54,17 +61,31 @@ def saved_grid(folder: Path) -> api.AnalysisResult | None:
                               doc["speedup"], probes, doc["notes"], doc["budget"]["unexplored"], folder, doc)
 
 
-def remeasure(path: Path, configs: dict[str, dict], workdir: Path) -> dict[str, tuple[list, list]]:
-    """Each distinct configuration re-measured ROUNDS times, interleaved; pooled (items, step_s) per label."""
-    pooled = {label: ([], []) for label in configs}
-    for _ in range(ROUNDS):
-        for label, settings in configs.items():
-            _, result = api.probe(path, settings, device="cpu", protocol=REMEASURE, workdir=workdir)
-            if not result.ok:
-                raise RuntimeError(f"{path.name}: re-measuring {label} failed: {result.status.value} {result.error}")
-            pooled[label][0].extend(result.items)
-            pooled[label][1].extend(result.step_s)
-    return pooled
+def remeasure(path: Path, reference: dict, candidate: dict, workdir: Path) -> dict:
+    """candidate/reference throughput over ROUNDS rounds: {"median", "low", "high", "rounds", "how"}."""
+    if reference == candidate:
+        return {"median": 1.0, "low": 1.0, "high": 1.0, "rounds": [], "how": "same settings"}
+    info = api.inspect(path, "cpu", workdir)
+    ref, cand = ProbeResult("ref", reference), ProbeResult("cand", candidate)
+    paired = together(ref, cand)
+    ratios = []
+    for i in range(ROUNDS):
+        specs = [ProbeSpec(id=f"{side}{i + 1}", workload=str(info.path), settings=settings, device="cpu",
+                           protocol=REMEASURE) for side, settings in (("ref", reference), ("cand", candidate))]
+        if paired:  # the side that moves first takes zygote slot 0, as analyze's duels do
+            order = (0, 1) if i % 2 == 0 else (1, 0)
+            done = lockstep.run_pair([specs[k] for k in order], workdir, ["ref", "cand"], noise="ratio")
+            results = [done[order.index(0)], done[order.index(1)]]
+        else:
+            order = (0, 1) if i % 2 == 0 else (1, 0)
+            ran = {k: run_probe(specs[k], workdir) for k in order}
+            results = [ran[0], ran[1]]
+        failed = [r for r in results if not r.ok]
+        if failed:
+            raise RuntimeError(f"{path.name}: re-measuring failed: {failed[0].status.value} {failed[0].error}")
+        ratios.append(pair_ratio([tuple(results)], waves=(results[0].wave, results[1].wave))[0])
+    return {"median": float(np.median(ratios)), "low": min(ratios), "high": max(ratios), "rounds": ratios,
+            "how": "lockstep" if paired else "in turn"}
 
 
 def bench(name: str, out: Path) -> dict:
@@ -78,51 +99,48 @@ def bench(name: str, out: Path) -> dict:
                            strategy="grid")
     else:
         print(f"\n== {name}: grid already measured in {out / stem / 'grid'}", flush=True)
+    explore = list(grid.document["workload"]["search"])  # the same space as the grid
     runs = []
     for i in (1, 2):
-        print(f"== {name}: adaptive planner, run {i}", flush=True)
+        print(f"== {name}: adaptive planner, run {i} (--knobs {','.join(explore)})", flush=True)
         runs.append(api.analyze(path, out=out / stem / f"adaptive{i}", device="cpu", budget=PLANNER_BUDGET,
-                                protocol=PROTOCOL))
+                                protocol=PROTOCOL, only_knobs=explore))
     base = grid.baseline.settings
     grid_best = fastest(grid.probes)
-    configs = {"grid": grid_best.settings, "planner": runs[0].recommended.settings}
-    if runs[1].recommended.settings != runs[0].recommended.settings:
-        configs["planner2"] = runs[1].recommended.settings
-    print(f"== {name}: re-measuring {', '.join(configs)} interleaved, {ROUNDS} rounds", flush=True)
-    pooled = remeasure(path, configs, out / stem / "remeasure")
-
-    def ratio(a: str, b: str) -> tuple[float, float, float]:
-        return stats.ratio_ci(*pooled[a], *pooled[b])
-
-    planner_vs_grid = ratio("grid", "planner")
-    repeat = ratio("planner", "planner2") if "planner2" in configs else None
+    first, second = runs[0].recommended.settings, runs[1].recommended.settings
+    print(f"== {name}: re-measuring the grid's best against the planner's, {ROUNDS} rounds", flush=True)
+    planner_vs_grid = remeasure(path, grid_best.settings, first, out / stem / "remeasure")
+    repeat = remeasure(path, first, second, out / stem / "remeasure") if second != first else None
     grid_s, planner_s = grid.document["budget"]["used_s"], runs[0].document["budget"]["used_s"]
     return {
         "fixture": stem,
         "grid_size": sum(1 for p in grid.probes if p.role == "grid") + 1,
         "grid_best": knobs.describe(grid_best.settings, base),
-        "planner": knobs.describe(runs[0].recommended.settings, base),
+        "planner": knobs.describe(first, base),
         "planner_vs_grid": planner_vs_grid,
-        "regret": 1 - planner_vs_grid[0],
+        "regret": 1 - planner_vs_grid["median"],
         "planner_probes": sum(1 for p in runs[0].probes if p.wall_s > 0),
         "grid_probes": sum(1 for p in grid.probes if p.wall_s > 0),
         "planner_s": planner_s, "grid_s": grid_s, "cost": planner_s / grid_s,
+        "planner2_s": runs[1].document["budget"]["used_s"],
         "repeat_same": repeat is None,
-        "repeat": knobs.describe(runs[1].recommended.settings, base),
+        "repeat": knobs.describe(second, base),
         "repeat_ratio": repeat,
     }
 
 
 def table(rows: list[dict]) -> str:
-    head = (f"{'fixture':<15} {'grid best':<38} {'planner':<38} {'planner/grid [95% CI]':<22} {'regret':>7} "
+    head = (f"{'fixture':<15} {'grid best':<36} {'planner':<36} {'planner/grid [range]':<24} {'regret':>7} "
             f"{'probes P/G':>10} {'time P/G (s)':>13} {'cost':>6}  repeat run")
     lines = [head, "-" * len(head)]
     for r in rows:
-        m, lo, hi = r["planner_vs_grid"]
+        g = r["planner_vs_grid"]
+        how = f" ({g['how']})" if g["rounds"] else ""
         rep = "same settings" if r["repeat_same"] else (
-            f"{r['repeat']}: {r['repeat_ratio'][0]:.3f} [{r['repeat_ratio'][1]:.3f}, {r['repeat_ratio'][2]:.3f}]")
-        lines.append(f"{r['fixture']:<15} {r['grid_best']:<38} {r['planner']:<38} "
-                     f"{m:.3f} [{lo:.3f}, {hi:.3f}]   {r['regret']:>6.1%} "
+            f"{r['repeat']}: {r['repeat_ratio']['median']:.3f} [{r['repeat_ratio']['low']:.3f}, "
+            f"{r['repeat_ratio']['high']:.3f}] ({r['repeat_ratio']['how']})")
+        lines.append(f"{r['fixture']:<15} {r['grid_best']:<36} {r['planner']:<36} "
+                     f"{g['median']:.3f} [{g['low']:.3f}, {g['high']:.3f}]{how:<10} {r['regret']:>6.1%} "
                      f"{r['planner_probes']:>4}/{r['grid_probes']:<5} {r['planner_s']:>6.0f}/{r['grid_s']:<6.0f} "
                      f"{r['cost']:>6.1%}  {rep}")
     return "\n".join(lines)

@@ -13,14 +13,32 @@ class FakeRunner:
     """`rate(settings)` gives samples/s, a Status for a failing configuration, or a dict with `rate` and optionally
     `wait` (share of each step spent waiting for data), `memory` (peak bytes; default batch_size MiB) and `loss`
     (the per-step losses; by default the same falling curve for every configuration, as a shared seed gives).
-    Steps get seeded uniform jitter of ±`jitter` (2% by default)."""
+    Steps get seeded uniform jitter of ±`jitter` (2% by default).
+
+    `moment(settings, role)` models the machine's speed states: the factor a probe run on its own is slowed by
+    (1.0: none). Two probes measured together in lockstep (`pair`) share every moment, so it cancels between them."""
 
     def __init__(self, rate: Callable[[dict[str, Any]], float | Status | dict], steps: int = 30,
-                 wall_s: float = 5.0, jitter: float = 0.02):
+                 wall_s: float = 5.0, jitter: float = 0.02,
+                 moment: Callable[[dict[str, Any], str], float] | None = None):
         self.rate, self.steps, self.wall_s, self.jitter = rate, steps, wall_s, jitter
+        self.moment = moment or (lambda settings, role: 1.0)
         self.calls: list[dict[str, Any]] = []
+        self.pairs: list[tuple[str, str]] = []  # probe ids measured together
 
     def __call__(self, probe_id: str, settings: dict[str, Any], role: str) -> ProbeResult:
+        return self._measure(probe_id, settings, role, self.moment(settings, role))
+
+    def pair(self, jobs: list[tuple[str, dict[str, Any], str]], first: int = 0) -> list[ProbeResult]:
+        """Both jobs in lockstep: the same moment for both, and as many steps."""
+        self.pairs.append((jobs[0][0], jobs[1][0]))
+        results = [self._measure(*job, slowdown=1.0) for job in jobs]
+        for side, result in enumerate(results):
+            if result.ok:
+                result.extra["lockstep"] = {"first": side == first, "stopped": "measured"}
+        return results
+
+    def _measure(self, probe_id: str, settings: dict[str, Any], role: str, slowdown: float) -> ProbeResult:
         self.calls.append(dict(settings))
         outcome = self.rate(settings)
         if isinstance(outcome, Status):
@@ -29,7 +47,7 @@ class FakeRunner:
         spec = outcome if isinstance(outcome, dict) else {"rate": outcome}
         rng = np.random.default_rng(len(self.calls))
         bs = settings["batch_size"]
-        times = (bs / spec["rate"]) * (1 + rng.uniform(-self.jitter, self.jitter, self.steps))
+        times = (bs / spec["rate"]) / slowdown * (1 + rng.uniform(-self.jitter, self.jitter, self.steps))
         raw = {"step_s": list(times), "items": [float(bs)] * self.steps,
                "data_wait_s": list(times * spec.get("wait", 0.0)), "h2d_s": [0.0] * self.steps,
                "loss": list(spec.get("loss", [2.0 - 0.01 * i for i in range(self.steps)]))}

@@ -20,11 +20,13 @@ from .errors import UsageError, WorkloadError
 from .planner import STRATEGIES, PlanContext, Session, plan
 from .probe.result import ProbeResult
 from .render import write_reports
+from .probe import lockstep
 from .probe.runner import classify_exit, run_probe, spawn_child
 from .probe.spec import ProbeSpec, Protocol
 
 DEFAULT_BUDGET_S = 15 * 60
 DEFAULT_PROBE_TIMEOUT_S = 120.0
+MIN_PROBE_S = 1.0  # a probe started at the budget's end (the confirmation) still gets this long
 INSPECT_TIMEOUT_S = 300.0
 
 
@@ -120,6 +122,17 @@ def device_facts(device: str) -> knobs.DeviceFacts:
                              compile_unavailable=environment.compile_unavailable("cpu"))
 
 
+def pair_memory(device: str, memory_budget: int | None) -> int | None:
+    """The memory two probes measured together in lockstep may use between them: the memory budget on a CPU;
+    on a GPU they share its memory, so (of --max-memory, if smaller) most of it."""
+    if not device.startswith("cuda"):
+        return memory_budget
+    import torch
+
+    room = int(0.9 * torch.cuda.get_device_properties(torch.device(device)).total_memory)
+    return min(room, memory_budget) if memory_budget else room
+
+
 def default_out_dir(path: str | Path) -> Path:
     return Path("tune-advisor-report") / Path(path).stem
 
@@ -163,8 +176,8 @@ def _previous_run(results_path: Path, notice: Callable[[str], None]) -> dict[str
 def analyze(path: str | Path, *, out: str | Path | None = None, device: str = "auto",
             budget: str | float | None = DEFAULT_BUDGET_S, probe_timeout: str | float = DEFAULT_PROBE_TIMEOUT_S,
             max_memory: str | int | None = None, protocol: Protocol | None = None, seed: int = 0,
-            strategy: str = "adaptive", select: list[str] | None = None, ignore: list[str] | None = None,
-            profile: bool = True, command: list[str] | None = None,
+            strategy: str = "adaptive", only_knobs: list[str] | None = None, select: list[str] | None = None,
+            ignore: list[str] | None = None, profile: bool = True, command: list[str] | None = None,
             nproc_per_node: int = 1, nnodes: int = 1, rdzv_endpoint: str | None = None,
             executor: str = "local", ray_address: str | None = None,
             on_probe: Callable[[ProbeResult, Session], None] | None = None,
@@ -182,6 +195,9 @@ def analyze(path: str | Path, *, out: str | Path | None = None, device: str = "a
     if strategy not in STRATEGIES:
         raise UsageError(f"--strategy {strategy}: expected one of {', '.join(STRATEGIES)}")
     rules.chosen(select, ignore)  # a bad --select/--ignore fails now, not after the probes
+    unknown = [name for name in only_knobs or [] if name not in knobs.KNOBS]
+    if unknown:
+        raise UsageError(f"--knobs {','.join(unknown)}: no such knob; the knobs are {', '.join(knobs.KNOBS)}")
     budget_s = parse_duration(budget)
     timeout_s = parse_duration(probe_timeout)
     out_dir = prepare_out_dir(Path(out) if out else default_out_dir(path))
@@ -203,6 +219,7 @@ def analyze(path: str | Path, *, out: str | Path | None = None, device: str = "a
         run_id = rundir.identity(info.path, {
             "device": device, "baseline": info.baseline, "search": info.search, "strategy": strategy,
             "protocol": dataclasses.asdict(protocol), "seed": seed, "max_memory_bytes": memory_budget,
+            "knobs": sorted(only_knobs) if only_knobs else None,
             "distributed": layout})
         if memory_budget is None and previous:  # the default depends on free memory: keep the one planned with
             memory_budget = previous.get("budget", {}).get("memory_budget_bytes")
@@ -237,13 +254,32 @@ def analyze(path: str | Path, *, out: str | Path | None = None, device: str = "a
         def make_spec(probe_id: str, settings: dict[str, Any], role: str) -> ProbeSpec:
             if on_probe_start:
                 on_probe_start(probe_id, settings, role)
+            left = session.time_left(role)
+            measuring = protocol
+            if left is not None:  # a noisy measurement stops extending itself in time to leave a result
+                left = max(left, MIN_PROBE_S)
+                measuring = replace(protocol, max_time_s=max(protocol.min_time_s,
+                                                             min(protocol.max_time_s, left / 2)))
             return ProbeSpec(id=probe_id, workload=str(info.path), settings=settings, device=device,
-                             protocol=protocol, timeout_s=timeout_s, seed=seed, profile=profiled(role),
-                             distributed=layout)
+                             protocol=measuring, timeout_s=timeout_s, seed=seed, profile=profiled(role),
+                             distributed=layout, budget_left_s=left)
 
         def runner(probe_id: str, settings: dict[str, Any], role: str) -> ProbeResult:
             spec = make_spec(probe_id, settings, role)
             return pool.run(spec, out_dir / "probes", role) if pool else run_probe(spec, out_dir / "probes", role=role)
+
+        if pool is None and layout is None:  # duels and the confirmation: two probes in lockstep (probe/lockstep.py)
+            def pair(jobs: list[tuple[str, dict[str, Any], str]], first: int) -> list[ProbeResult]:
+                specs = [make_spec(*job) for job in jobs]
+                # one protocol and one limit for both: the budget left was read twice, microseconds apart
+                specs[1] = replace(specs[1], protocol=specs[0].protocol, budget_left_s=specs[0].budget_left_s)
+                roles = [job[2] for job in jobs]
+                if first == 1:  # the side that moves first takes zygote slot 0: both biases, if any, flip together
+                    return lockstep.run_pair(specs[::-1], out_dir / "probes", roles[::-1], noise="ratio")[::-1]
+                return lockstep.run_pair(specs, out_dir / "probes", roles, noise="ratio")
+
+            runner.pair = pair
+            runner.pair_memory_bytes = pair_memory(device, memory_budget)
 
         if pool:  # independent probes (the grid) go out together; Session.run_many records each as it finishes
             runner.many = lambda jobs: pool.many([(make_spec(*job), job[2]) for job in jobs], out_dir / "probes")
@@ -270,7 +306,7 @@ def analyze(path: str | Path, *, out: str | Path | None = None, device: str = "a
             on_start(info, session)
         ctx = PlanContext(baseline=info.baseline, search=info.search, workload=info.facts,
                           device=replace(device_facts(device), world_size=launch.world_size(layout)),
-                          memory_budget_bytes=memory_budget)
+                          memory_budget_bytes=memory_budget, explore=tuple(only_knobs) if only_knobs else None)
         try:
             outcome = plan(ctx, session, strategy)
         except KeyboardInterrupt:  # the running probe's group is killed already (probe.runner); keep what finished

@@ -105,6 +105,12 @@ def test_cli_rejects_an_unknown_strategy(cli, tmp_path):
     assert result.exit_code == 2 and "--strategy random: expected one of adaptive, grid" in result.output
 
 
+def test_cli_rejects_an_unknown_knob_before_any_probe(cli, tmp_path):
+    result = cli("analyze", WORKLOADS / "tiny_mlp.py", "-o", tmp_path / "out", "--knobs", "batch_size,warp_speed")
+    assert result.exit_code == 2 and "--knobs warp_speed: no such knob; the knobs are batch_size" in result.output
+    assert not (tmp_path / "out" / "results.json").exists()
+
+
 def test_budget_bounds_the_wall_time_and_lists_what_was_left(cli, tmp_path):
     # GIVEN a loader-bound workload with more to explore than 60 s allow (probes with many loader workers take
     # longer: warm-up and step cap are counted in waves; 16 workers took 6 s, 32 took 16 s)

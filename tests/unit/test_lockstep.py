@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from tune_advisor.probe import lockstep
@@ -180,3 +181,31 @@ def test_the_gate_pairs_each_round_in_lockstep_and_alternates_who_starts(tmp_pat
     calls.clear()
     measure_mod.measure({"baseline": (info, {})}, 2, **kwargs)
     assert calls == [("single", "baseline-1", "gate:baseline"), ("single", "baseline-2", "gate:baseline")]
+
+
+def test_the_planners_duels_stop_once_the_ratio_settles_while_each_side_still_swings():
+    # GIVEN step times that swing 40% with the machine's speed state, the candidate 1.2x slower in every state
+    a = [0.01 * (1.4 if (i // 3) % 2 else 1.0) for i in range(20)]
+    b = [1.2 * x for x in a]
+    assert lockstep.wave_noise(a, 1) > 0.1 and lockstep.ratio_settled(a, b, 1)
+    pair = object.__new__(lockstep._Pair)
+    pair.protocol = Protocol(min_steps=10, min_time_s=0.05, max_steps=200, max_time_s=10)
+    pair.cap, pair.waves = 200, [1, 1]
+    # THEN the ratio rule (the planner's duels) has enough; the gate's rule (each side steady) keeps measuring
+    pair.noise = "ratio"
+    assert pair._enough([a, b]) and not pair._enough([a[:8], b[:8]])  # but never under the minimum steps
+    pair.noise = "each"
+    assert not pair._enough([a, b])
+    # AND below 4 whole loader waves the ratio is not trusted
+    assert not lockstep.ratio_settled(a[:12], b[:12], 4)
+
+
+def test_a_ratio_settles_when_it_is_precise_or_clearly_away_from_one():
+    rng = np.random.default_rng(0)
+    a = list(0.1 * (1 + rng.uniform(-0.1, 0.1, 400)))
+    jitter = 1 + rng.uniform(-0.1, 0.1, 400)
+    same = [x * j for x, j in zip(a, jitter)]  # equal speed, ±10% jitter per step on each side
+    slower = [1.5 * x for x in same]
+    assert not lockstep.ratio_settled(a[:10], same[:10], 1)  # ±10% jitter: 10 steps cannot pin it to ±4%
+    assert lockstep.ratio_settled(a, same, 1)  # 400 can
+    assert lockstep.ratio_settled(a[:10], slower[:10], 1)  # 1.5x is clear of 1 after 10

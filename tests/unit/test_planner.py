@@ -17,17 +17,25 @@ BLOCKS = WorkloadFacts(repeated_blocks="layers: 4 x Block", dataset_len=10_000)
 
 
 def run_plan(rate, workload=CNN, search=None, baseline=None, budget_s=None, memory=None, device=CPU,
-             strategy="adaptive", jitter=0.02):
-    runner, clock = FakeRunner(rate, jitter=jitter), FakeClock()
+             strategy="adaptive", jitter=0.02, moment=None, lockstep=False, explore=None):
+    runner, clock = FakeRunner(rate, jitter=jitter, moment=moment), FakeClock()
 
     def timed(probe_id, settings, role):
         result = runner(probe_id, settings, role)
         clock.now += result.wall_s
         return result
 
+    if lockstep:  # the runner measures pairs together, as api.analyze's does (probe/lockstep.py)
+        def pair(jobs, first):
+            results = runner.pair(jobs, first)
+            clock.now += sum(r.wall_s for r in results)
+            return results
+
+        timed.pair = pair
+
     session = Session(timed, budget_s, clock=clock)
     ctx = PlanContext(baseline=knobs.full_settings(baseline or {"batch_size": 16}), search=search or {},
-                      workload=workload, device=device, memory_budget_bytes=memory)
+                      workload=workload, device=device, memory_budget_bytes=memory, explore=explore)
     return plan(ctx, session, strategy), runner
 
 
@@ -53,7 +61,8 @@ def test_combines_every_real_gain_and_confirms_it():
     assert rec["num_workers"] == 0 and rec["checkpointing"] is False
     # AND the speedup (1.5 * 1.2 * 1.7 = 3.06x) comes from baseline and winner re-measured interleaved
     assert 2.9 < outcome.speedup["median"] < 3.2 and outcome.speedup["ci_low"] > 2.8
-    assert [p.role for p in outcome.probes][-4:] == ["confirm:baseline", "confirm:recommended"] * 2
+    assert [p.role for p in outcome.probes][-4:] == ["confirm:baseline", "confirm:recommended",
+                                                     "confirm:recommended", "confirm:baseline"]  # A B, B A
     # AND the knobs that could not pay were not probed, with the reason recorded
     assert tried(runner, "num_workers") == [0] and tried(runner, "checkpointing") == [False]
     assert any(d.startswith("num_workers: skipped: the step waits for data only") for d in outcome.decisions)
@@ -282,15 +291,49 @@ def test_a_loader_still_waiting_for_data_keeps_climbing_past_a_dip():
     assert outcome.recommended.settings["num_workers"] == 32
 
 
-def test_a_promising_but_inconclusive_gain_is_rechecked_before_it_is_judged():
-    # GIVEN very noisy probes (steps jitter by ±90%) and bf16 truly 15% faster (amp the only knob to explore: the
-    # seeded jitter of every later probe, the confirmation's included, depends on how many ran before)
-    outcome, runner = run_plan(lambda s: 1000.0 * (1.15 if s["amp"] == "bf16" else 1.0), workload=MLP,
-                               search={"batch_size": [16]}, jitter=0.9, device=CPU_AMP_ONLY)
-    # THEN the first comparison could not tell, so both were measured again and the pooled samples decided
-    rechecks = [p for p in outcome.probes if p.role == "recheck"]
-    assert [p.settings["amp"] for p in rechecks] == ["bf16", "off"]
+def test_a_gain_made_by_a_fast_moment_of_the_machine_is_rejected_by_a_lockstep_duel():
+    # GIVEN bf16 no faster at all, but its probe on its own ran in a fast moment of the machine (1.3x)
+    outcome, runner = run_plan(lambda s: 1000.0, workload=MLP, search={"batch_size": [16]}, device=CPU_AMP_ONLY,
+                               moment=lambda s, role: 1.3 if s["amp"] == "bf16" else 1.0, lockstep=True)
+    # THEN the separate probes' 1.3x was measured again with both in lockstep, and the duel rejected it
+    duel = [p for p in outcome.probes if p.role == "recheck"][:2]
+    assert [p.settings["amp"] for p in duel] == ["off", "bf16"] and (duel[0].id, duel[1].id) in runner.pairs
+    assert all("lockstep" in p.extra for p in duel)
+    assert outcome.recommended.settings["amp"] == "off" and outcome.speedup is None
+    assert any(d.startswith("amp: no value beat") for d in outcome.decisions)
+
+
+def test_a_real_gain_hidden_by_a_slow_moment_is_found_by_a_lockstep_duel():
+    # GIVEN bf16 truly 12% faster, but its probe on its own ran in a slow moment (0.85x: it measured 0.95x)
+    outcome, runner = run_plan(lambda s: 1000.0 * (1.12 if s["amp"] == "bf16" else 1.0), workload=MLP,
+                               search={"batch_size": [16]}, device=CPU_AMP_ONLY, lockstep=True,
+                               moment=lambda s, role: 0.85 if s["amp"] == "bf16" and role == "knob:amp" else 1.0)
+    # THEN the duel found the gain, and the confirmation (two more lockstep pairs) measured it
     assert outcome.recommended.settings["amp"] == "bf16"
+    assert any(d.startswith("amp: kept amp=bf16 (1.1") and "in lockstep" in d for d in outcome.decisions)
+    assert 1.09 < outcome.speedup["median"] < 1.15 and outcome.speedup["ci_low"] > 1.03
+    assert "lockstep" in outcome.speedup["method"] and len(runner.pairs) == 3
+
+
+def test_clear_cases_are_decided_without_a_duel():
+    # GIVEN bf16 2x faster and channels_last 40% slower, measured on their own in an undisturbed machine
+    outcome, runner = run_plan(lambda s: 1000.0 * (2.0 if s["amp"] == "bf16" else 1.0) *
+                               (0.6 if s["channels_last"] else 1.0), search={"batch_size": [16]},
+                               device=CPU_AMP_ONLY, lockstep=True)
+    # THEN no lockstep pair was spent on them: only the confirmation's two
+    assert outcome.recommended.settings["amp"] == "bf16" and not outcome.recommended.settings["channels_last"]
+    assert not [p for p in outcome.probes if p.role == "recheck"] and len(runner.pairs) == 2
+
+
+def test_without_lockstep_the_duel_runs_one_probe_after_the_other():
+    # GIVEN a runner that cannot measure two probes together (DDP, --executor ray) and an inconclusive 12% gain
+    outcome, runner = run_plan(lambda s: 1000.0 * (1.12 if s["amp"] == "bf16" else 1.0), workload=MLP,
+                               search={"batch_size": [16]}, jitter=0.5, device=CPU_AMP_ONLY)
+    # THEN both were measured once more in turn, and the confirmation ran A B, B A
+    rechecks = [p for p in outcome.probes if p.role == "recheck"]
+    assert [p.settings["amp"] for p in rechecks][:2] == ["off", "bf16"]
+    confirm = [p for p in outcome.probes if p.role.startswith("confirm")]
+    assert "interleaved" in (outcome.speedup or {}).get("method", "interleaved") and len(confirm) in (0, 4)
 
 
 def test_amp_that_does_not_pay_at_a_tiny_batch_is_tried_again_at_the_larger_one():
@@ -385,3 +428,42 @@ def test_fused_optimizer_is_tried_where_the_optimizer_supports_it():
     # AND a workload whose optimizer offers neither gets neither
     _, runner = run_plan(lambda s: 1000.0, workload=MLP, device=CPU_NO_BF16, search={"batch_size": [16]})
     assert tried(runner, "optimizer_impl") == ["default"]
+
+
+def test_a_duel_that_would_not_fit_in_memory_twice_runs_in_turn():
+    # GIVEN a runner measuring pairs together, but room for only one probe's memory at a time (16 MiB each)
+    runner, clock = FakeRunner(lambda s: 1000.0, moment=lambda s, role: 1.3 if s["amp"] == "bf16" else 1.0), \
+        FakeClock()
+    runner.pair_memory_bytes = 20 * 2**20
+    session = Session(runner, clock=clock)
+    base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
+    fast = session.run({**base.settings, "amp": "bf16"}, "knob:amp")
+    # WHEN their 1.3x is checked
+    session.beats(base, fast)
+    # THEN both ran again one after the other, not together (so the fast moment was not cancelled out)
+    assert runner.pairs == [] and [p.role for p in session.probes] == ["baseline", "knob:amp", "recheck", "recheck"]
+
+
+def test_probes_with_different_loaders_are_never_paired_in_lockstep():
+    # GIVEN a runner measuring pairs together, and a 1.3x from more loader workers (paused loader workers would
+    # still see their I/O finish during the other side's turn, which favours the side with more of them)
+    runner, clock = FakeRunner(lambda s: 1000.0, moment=lambda s, role: 1.3 if s["num_workers"] else 1.0), \
+        FakeClock()
+    session = Session(runner, clock=clock)
+    base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
+    more = session.run({**base.settings, "num_workers": 2}, "ladder:num_workers")
+    session.beats(base, more)
+    # THEN the recheck ran both one after the other
+    assert runner.pairs == [] and [p.role for p in session.probes][2:] == ["recheck", "recheck"]
+    assert "lockstep" not in session.describe_gain(base, more)
+
+
+def test_knobs_option_limits_what_the_planner_explores():
+    # GIVEN the CNN where bf16, channels_last and a batch of 64 each pay, and --knobs batch_size,num_workers
+    outcome, runner = run_plan(cnn_rate, explore=("batch_size", "num_workers"))
+    # THEN only the batch changed; nothing else was probed, not even skipped as not applicable
+    assert knobs.describe(outcome.recommended.settings, outcome.baseline.settings) == "batch_size=64"
+    assert tried(runner, "amp") == ["off"] and tried(runner, "channels_last") == [False]
+    assert {p.role for p in outcome.probes} <= {"baseline", "ladder:batch_size", "recheck", "confirm:baseline",
+                                                 "confirm:recommended"}
+    assert outcome.decisions[0] == "exploring only num_workers, batch_size (--knobs)"

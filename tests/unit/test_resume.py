@@ -13,10 +13,11 @@ from ..fakes import FakeClock, FakeRunner
 from .test_planner import CNN, CPU_AMP_ONLY, cnn_rate
 
 
-def run(budget_s=None, finished=None, stop_after=None, calls_before=()):
-    """One plan over the fake CNN. `stop_after`: Ctrl-C when the runner is asked for probe number stop_after + 1.
+def run(budget_s=None, finished=None, stop_after=None, calls_before=(), lockstep=False):
+    """One plan over the fake CNN. `stop_after`: Ctrl-C when the runner is asked for probe number stop_after + 1
+    (`lockstep`: the runner measures pairs together, and a pair asked for past that point is interrupted whole).
     Returns (session, outcome or None, runner, [(saved probe dict, elapsed)])."""
-    runner, clock = FakeRunner(cnn_rate), FakeClock()
+    runner, clock = FakeRunner(cnn_rate, moment=lambda s, role: 1.1 if s["channels_last"] else 1.0), FakeClock()
     runner.calls = list(calls_before)  # the fake's jitter is seeded by its call count: continue the count
     saved = []
 
@@ -26,6 +27,16 @@ def run(budget_s=None, finished=None, stop_after=None, calls_before=()):
         result = runner(probe_id, settings, role)
         clock.now += result.wall_s
         return result
+
+    def pair(jobs, first):
+        if stop_after is not None and len(runner.calls) + 1 >= stop_after:
+            raise KeyboardInterrupt
+        results = runner.pair(jobs, first)
+        clock.now += sum(r.wall_s for r in results)
+        return results
+
+    if lockstep:
+        timed.pair = pair
 
     def record(result):  # what analyze saves: the probe as results.json has it, and the clock then
         saved.append((json.loads(json.dumps(result.to_dict())), session.elapsed()))
@@ -49,19 +60,23 @@ def trace(session):
     return [(p.id, p.role, knobs.describe(p.settings)) for p in session.probes]
 
 
+@pytest.mark.parametrize("lockstep", [False, True], ids=["in-turn", "lockstep"])
 @pytest.mark.parametrize("budget_s", [None, 50.0])  # 50 s: the budget ends the search (5 s fake probes)
-def test_a_resumed_plan_runs_only_the_missing_probes_and_ends_as_an_uninterrupted_one(budget_s):
-    whole, expected, whole_runner, _ = run(budget_s)
+def test_a_resumed_plan_runs_only_the_missing_probes_and_ends_as_an_uninterrupted_one(budget_s, lockstep):
+    whole, expected, whole_runner, _ = run(budget_s, lockstep=lockstep)
     assert expected.speedup is not None and len(whole_runner.calls) > 6
     assert any("over budget" in u for u in whole.unexplored) == (budget_s is not None)
+    assert any(p.role == "recheck" for p in whole.probes)  # a duel (channels_last ran in a fast moment) is replayed
     for stop in range(1, len(whole_runner.calls)):
-        # GIVEN a run interrupted while its runner was asked for probe `stop + 1`
-        first, outcome, first_runner, saved = run(budget_s, stop_after=stop)
-        assert outcome is None and len(first_runner.calls) == stop
+        # GIVEN a run interrupted while its runner was asked for probe `stop + 1` (in lockstep: the pair holding it)
+        first, outcome, first_runner, saved = run(budget_s, stop_after=stop, lockstep=lockstep)
+        done = len(first_runner.calls)
+        assert outcome is None and (done == stop or (lockstep and done == stop - 1))
         # WHEN it is resumed from what it saved
-        again, outcome, runner, _ = run(budget_s, finished=reloaded(saved), calls_before=first_runner.calls)
+        again, outcome, runner, _ = run(budget_s, finished=reloaded(saved), calls_before=first_runner.calls,
+                                        lockstep=lockstep)
         # THEN only the probes that had not finished run, and the plan is the uninterrupted one, probe for probe
-        assert runner.calls[stop:] == whole_runner.calls[stop:], stop
+        assert runner.calls[done:] == whole_runner.calls[done:], stop
         assert trace(again) == trace(whole), stop
         assert [p.id for p in again.reused] == [p.id for p in first.probes] and not again.discarded
         assert outcome.recommended.settings == expected.recommended.settings

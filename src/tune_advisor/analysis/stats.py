@@ -83,10 +83,17 @@ def throughput_ci(items: Sequence[float], times: Sequence[float], seed: int = 0,
 
 
 def ratio_ci(a_items: Sequence[float], a_times: Sequence[float], b_items: Sequence[float],
-             b_times: Sequence[float], seed: int = 0, level: float = 0.95, waves: tuple[int, int] = (1, 1)):
-    """(median, ci_low, ci_high) of throughput(B) / throughput(A), resampling both runs independently."""
-    a = throughput_distribution(a_items, a_times, seed, wave=waves[0])
-    b = throughput_distribution(b_items, b_times, seed + 1, wave=waves[1])
+             b_times: Sequence[float], seed: int = 0, level: float = 0.95, waves: tuple[int, int] = (1, 1),
+             paired: bool = False):
+    """(median, ci_low, ci_high) of throughput(B) / throughput(A), resampling both runs independently; `paired`
+    (runs of as many steps taken side by side, as in lockstep): the same blocks of steps on both sides."""
+    if paired:
+        wave = max(waves)
+        a = throughput_distribution(a_items, a_times, seed, wave=wave)
+        b = throughput_distribution(b_items, b_times, seed, wave=wave)
+    else:
+        a = throughput_distribution(a_items, a_times, seed, wave=waves[0])
+        b = throughput_distribution(b_items, b_times, seed + 1, wave=waves[1])
     if a.size == 0 or b.size == 0:
         return float("nan"), float("nan"), float("nan")
     ratio = b / a

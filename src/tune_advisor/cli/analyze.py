@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import sys
 import time
 from pathlib import Path
 from typing import Optional
@@ -32,6 +31,9 @@ def command(
     seed: int = typer.Option(0, help="Seed for the model, data order and sampling."),
     strategy: str = typer.Option("adaptive", help="adaptive: the most promising knobs first, within the budget; "
                                                   "grid: every combination of the workload's SEARCH values."),
+    only_knobs: Optional[list[str]] = typer.Option(None, "--knobs", help="Explore only these knobs (comma-separated "
+                                                                         "or repeated, e.g. batch_size,amp) "
+                                                                         "[default: every knob that applies]."),
     select: Optional[list[str]] = typer.Option(None, help="Only rules whose code starts with this (e.g. TA1); "
                                                           "repeatable."),
     ignore: Optional[list[str]] = typer.Option(None, help="Skip rules whose code starts with this; repeatable."),
@@ -83,6 +85,8 @@ def command(
     try:
         result = api.analyze(file, out=out, device=device, budget=budget, probe_timeout=probe_timeout,
                              max_memory=max_memory, protocol=protocol, seed=seed, strategy=strategy,
+                             only_knobs=[k.strip() for item in only_knobs or [] for k in item.split(",") if k.strip()]
+                             or None,
                              select=select, ignore=ignore, profile=profile, command=command_line(),
                              nproc_per_node=nproc_per_node, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint,
                              executor=executor, ray_address=ray_address,

@@ -67,13 +67,16 @@ class AdaptivePlanner(Planner):
     def __init__(self, ctx: PlanContext, session: Session):
         super().__init__(ctx, session)
         self.visits: Counter[str] = Counter()
+        self.knobs = [k for k in ORDER if ctx.explore is None or k in ctx.explore]  # what this plan explores
+        if ctx.explore is not None:
+            self.decisions.append(f"exploring only {', '.join(self.knobs) or 'nothing'} (--knobs)")
 
     def search(self, base: ProbeResult) -> ProbeResult:
         s = self.session
         self._record_not_applicable()
         current, done = base, set()
         while True:
-            todo = [k for k in ORDER if k not in done and self.visits[k] < MAX_VISITS]
+            todo = [k for k in self.knobs if k not in done and self.visits[k] < MAX_VISITS]
             prospects = {k: self.prospect(k, current) for k in todo}
             live = {k: p for k, p in prospects.items() if p.why_not is None}
             if not live:
@@ -101,7 +104,7 @@ class AdaptivePlanner(Planner):
     def _record_not_applicable(self) -> None:
         """Not-applicable values become skipped probes with their reason, so the report lists them."""
         ctx = self.ctx
-        for name in ORDER:
+        for name in self.knobs:
             for value in self._values(name):
                 reason = knobs.not_applicable(name, value, ctx.workload, ctx.device)
                 if reason and value != ctx.baseline[name]:
@@ -287,11 +290,11 @@ class AdaptivePlanner(Planner):
                     self._set_frontier(previous, value, self._failure(result), best is previous, previous_gain)
                 self.notes.append(f"{name} ladder stopped at {name}={value}: {self._failure(result)}")
                 break
-            step_gain = s.gain(previous, result)[0]
             if self.session.beats(best, result):
                 best, stale = result, 0
             else:
                 stale += 1
+            step_gain = s.gain(previous, result)[0]  # after beats(): from its lockstep duel when it had one
             if name == "num_workers" and (best.data_wait_frac() or 0.0) >= LOADER_BOUND:
                 stop = stale >= 2  # still loader-bound: one dip is not the end (see LOADER_BOUND)
             else:

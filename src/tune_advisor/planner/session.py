@@ -15,9 +15,17 @@ from ..analysis import parity, stats
 from ..probe.result import ProbeResult, Status
 
 MIN_GAIN = 0.03  # a change must beat its reference by 3% (and its ratio CI must exclude 1) to be kept
-RECHECK_GAIN = 0.10  # an inconclusive gain at least this large is measured again before it is judged
-CONFIRM_ROUNDS = 2  # baseline and winner re-measured A B A B
+# Separate probes a few seconds apart can run in different speed states of the machine (this 2-core VM swings about
+# 30% for seconds at a time), so their ratio alone does not decide a change between these bounds: a probe pair
+# measured in lockstep (Session.duel) does. Below DUEL_FROM the change is dropped; from CLEAR_GAIN (the ratio CI's
+# low end) it is kept without one, as no swing of the machine makes that much.
+DUEL_FROM = 0.9
+CLEAR_GAIN = 1.5
+CONFIRM_ROUNDS = 2  # baseline and winner measured together in lockstep, twice (each side moves first once)
 CONFIRM_RESERVE = 2 * CONFIRM_ROUNDS  # probes kept back from the budget for the confirmation
+# The confirmation may run this far past --budget (the contract is "within 10%"): it is what the recommendation
+# rests on, and its probes' wall times vary with the machine's speed. Exploring probes stop where it must begin.
+CONFIRM_GRACE = 0.05
 
 
 @dataclass
@@ -27,6 +35,7 @@ class PlanContext:
     workload: knobs.WorkloadFacts
     device: knobs.DeviceFacts
     memory_budget_bytes: int | None = None
+    explore: tuple[str, ...] | None = None  # --knobs: the only knobs the adaptive planner explores; None: all
 
 
 @dataclass
@@ -76,7 +85,7 @@ class Session:
         self.probes: list[ProbeResult] = []
         self.unexplored: list[str] = []
         self._by_settings: dict[tuple, ProbeResult] = {}
-        self._rechecked: set[tuple] = set()
+        self._duels: dict[tuple, list[tuple[ProbeResult, ProbeResult]]] = {}  # (reference, candidate) keys
         self.baseline: ProbeResult | None = None  # set by the planner; the confirmation's cost is estimated from
         self.best: ProbeResult | None = None  # these two
 
@@ -122,6 +131,16 @@ class Session:
         needed = probes * self.typical_probe_s() + extra_s + self.confirmation_s()
         return self.elapsed() + needed <= self.budget_s
 
+    def time_left(self, role: str) -> float | None:
+        """How long a probe of `role` may still run before the budget ends (None: no budget). The runner kills it
+        there: a probe that overruns its prediction (a noisy measurement running to its cap, dozens of loader
+        workers starting) must not take the budget with it. Exploring probes leave the confirmation its time."""
+        if self.budget_s is None:
+            return None
+        if role.startswith("confirm"):
+            return self.budget_s * (1 + CONFIRM_GRACE) - self.elapsed()
+        return self.budget_s - self.confirmation_s() - self.elapsed()
+
     def confirmation_s(self) -> float:
         """The confirmation re-runs the baseline and the current best CONFIRM_ROUNDS times each: their own wall
         times predict it best."""
@@ -142,6 +161,38 @@ class Session:
         self._record(result)
         self._by_settings.setdefault(key, result)
         return result
+
+    def duel(self, reference: ProbeResult, candidate: ProbeResult, roles: tuple[str, str] = ("recheck", "recheck"),
+             first: int = 0) -> tuple[ProbeResult, ProbeResult]:
+        """Measure both settings again, together in lockstep, step by step (`runner.pair`: probe/lockstep.py), so
+        both see the same moments of the machine; one after the other where the runner cannot (DDP, --executor
+        ray), their loaders differ (see `together`) or both would not fit in memory at once
+        (`runner.pair_memory_bytes`). `first` is the side that moves
+        (or runs) first. Returns the new (reference, candidate) results."""
+        pair = getattr(self.runner, "pair", None) if together(reference, candidate) else None
+        room = getattr(self.runner, "pair_memory_bytes", None)
+        if pair is not None and room and (reference.peak_memory_bytes or 0) + (candidate.peak_memory_bytes or 0) > room:
+            pair = None
+        reference, candidate = reference.settings, candidate.settings
+        if pair is None:  # in turn, each recorded as it finishes (a resumed run replays them in this order)
+            sides = (reference, candidate)
+            done = {i: self.run(sides[i], roles[i], reuse=False) for i in ((0, 1) if first == 0 else (1, 0))}
+            a, b = done[0], done[1]
+        else:
+            a = self._replayed(reference, roles[0])
+            b = self._replayed(candidate, roles[1]) if a is not None else None
+            if a is not None and b is None:  # the replay ended between the two: keep that probe, run the pair anew
+                self._record(a)
+            if b is None:
+                n = len(self.probes)
+                jobs = [(f"p{n + 1:03d}", dict(reference), roles[0]), (f"p{n + 2:03d}", dict(candidate), roles[1])]
+                a, b = pair(jobs, first)
+            for result, role in ((a, roles[0]), (b, roles[1])):
+                result.role = result.role or role
+                self._record(result)
+                self._by_settings.setdefault(_key(result.settings), result)
+        self._duels.setdefault((_key(reference), _key(candidate)), []).append((a, b))
+        return a, b
 
     def run_many(self, settings_list: list[dict[str, Any]], role: str) -> list[ProbeResult]:
         """Independent probes together when the runner runs probes side by side (`runner.many`: --executor ray),
@@ -176,40 +227,74 @@ class Session:
         return [x for p in runs for x in p.items], [x for p in runs for x in p.step_s]
 
     def gain(self, reference: ProbeResult, candidate: ProbeResult) -> tuple[float, float, float]:
-        """Throughput ratio candidate/reference over their pooled samples: (median, ci_low, ci_high); NaNs when
-        either failed."""
+        """Throughput ratio candidate/reference: (median, ci_low, ci_high); NaNs when either failed. From their
+        lockstep duels when they had one (each step beside its partner), else over their pooled samples."""
         if not (reference.ok and candidate.ok):
             return float("nan"), float("nan"), float("nan")
+        duels = self._duels.get((_key(reference.settings), _key(candidate.settings)))
+        if duels and all("lockstep" in r.extra for pair in duels for r in pair):
+            return pair_ratio(duels, waves=(reference.wave, candidate.wave))
         return stats.ratio_ci(*self.samples(reference.settings), *self.samples(candidate.settings), seed=0,
                               waves=(reference.wave, candidate.wave))
+
+    def dueled(self, reference: ProbeResult, candidate: ProbeResult) -> bool:
+        return (_key(reference.settings), _key(candidate.settings)) in self._duels
 
     def beats(self, reference: ProbeResult, candidate: ProbeResult) -> bool:
         """A gain larger than the noise: at least MIN_GAIN, and the ratio's 95% CI excludes 1.
 
-        A promising but inconclusive gain (median past RECHECK_GAIN, CI reaching 1) earns one re-check: both are
-        measured once more, back to back, and the pooled samples decide. Loader-bound probes in particular are
-        bursty, and one short probe can hide a real gain; smaller gains are not worth two more probes."""
+        Separate probes decide only the clear cases (a ratio under DUEL_FROM, or a CI above CLEAR_GAIN). Between
+        them both are measured once more, together in lockstep, and that duel decides, when the budget allows
+        it; else the separate probes decide as best they can."""
         median, low, _ = self.gain(reference, candidate)
-        pair = (_key(reference.settings), _key(candidate.settings))
-        again_s = max(0.0, reference.wall_s + candidate.wall_s - 2 * self.typical_probe_s())  # their own cost
-        if (median >= 1 + RECHECK_GAIN and low <= 1.0 and pair not in self._rechecked
-                and self.affordable(2, extra_s=again_s)):
-            self._rechecked.add(pair)
-            self.run(candidate.settings, "recheck", reuse=False)
-            self.run(reference.settings, "recheck", reuse=False)
-            median, low, _ = self.gain(reference, candidate)
+        if median != median or median < DUEL_FROM or low >= CLEAR_GAIN or self.dueled(reference, candidate):
+            return median >= 1 + MIN_GAIN and low > 1.0
+        again_s = max(0.0, _plain_wall(reference) + _plain_wall(candidate) - 2 * self.typical_probe_s())
+        if self.affordable(2, extra_s=again_s):  # who moves first alternates from duel to duel
+            a, b = self.duel(reference, candidate, first=sum(map(len, self._duels.values())) % 2)
+            if a.ok and b.ok:
+                median, low, _ = self.gain(reference, candidate)
         return median >= 1 + MIN_GAIN and low > 1.0
 
     def describe_gain(self, reference: ProbeResult, candidate: ProbeResult) -> str:
         median, low, high = self.gain(reference, candidate)
         if median != median:
             return f"{candidate.status.value}"
-        return f"{median:.2f}x [{low:.2f}, {high:.2f}] over {reference.id}"
+        duels = self._duels.get((_key(reference.settings), _key(candidate.settings)))
+        lockstep = duels and all("lockstep" in r.extra for pair in duels for r in pair)
+        how = f"in lockstep, {' & '.join(f'{a.id}/{b.id}' for a, b in duels)}" if lockstep else f"over {reference.id}"
+        return f"{median:.2f}x [{low:.2f}, {high:.2f}] {how}"
 
     def _record(self, result: ProbeResult) -> None:
+        if result.extra.get("budget_stopped"):
+            where = knobs.describe(result.settings, self.baseline.settings) if self.baseline else "the baseline"
+            self.unexplored.append(f"{where}: stopped when the budget ran out ({result.id})")
         self.probes.append(result)
         if self.on_probe:
             self.on_probe(result)
+
+
+def together(a: ProbeResult, b: ProbeResult) -> bool:
+    """Whether a lockstep pair compares these two fairly: only with the same loader. The side waiting for its turn
+    is paused (SIGSTOP) with its loader workers, but the I/O they wait on goes on, so batches come ready during
+    the other side's turn: that favours the side with more workers, and lockstep measures the step, not the
+    loader. Loader changes are large or nothing, and are measured one after the other."""
+    return all(a.settings.get(k) == b.settings.get(k) for k in ("num_workers", *knobs.LOADER_KNOBS))
+
+
+def pair_ratio(pairs: list[tuple[ProbeResult, ProbeResult]],
+               waves: tuple[int, int] = (1, 1)) -> tuple[float, float, float]:
+    """candidate/reference throughput over (reference, candidate) probe pairs: (median, ci_low, ci_high).
+
+    Pairs measured in lockstep have step k of one side next to step k of the other, so the bootstrap resamples
+    the same blocks of steps on both sides and the moments they shared cancel. Pairs run one after the other
+    (no `lockstep` in extra, or unequal step counts) are resampled independently."""
+    ok = [(a, b) for a, b in pairs if a.ok and b.ok]
+    if not ok:
+        return float("nan"), float("nan"), float("nan")
+    paired = all("lockstep" in a.extra and "lockstep" in b.extra and len(a.step_s) == len(b.step_s) for a, b in ok)
+    pooled = [[x for pair in ok for x in getattr(pair[side], attr)] for side in (0, 1) for attr in ("items", "step_s")]
+    return stats.ratio_ci(*pooled, seed=0, waves=waves, paired=paired)
 
 
 def _plain_wall(probe: ProbeResult) -> float:
@@ -224,24 +309,32 @@ def _key(settings: dict[str, Any]) -> tuple:
 
 def confirm(session: Session, base: ProbeResult, winner: ProbeResult,
             notes: list[str]) -> tuple[ProbeResult, dict[str, Any] | None]:
-    """Re-measure baseline and winner interleaved (A B A B): drift hits both alike. Returns (recommended, speedup).
+    """Measure baseline and winner together, CONFIRM_ROUNDS lockstep duels (each side moves first once): drift
+    hits both alike. Returns (recommended, speedup).
 
-    The winner stays recommended only if this interleaved measurement shows a gain beyond the noise too.
+    The winner stays recommended only if this measurement shows a gain beyond the noise too. A round that fails
+    (the budget ran out in it, say) leaves the rounds before it to decide, with a note.
     """
-    a_runs, b_runs = [], []
-    for _ in range(CONFIRM_ROUNDS):
-        a_runs.append(session.run(base.settings, "confirm:baseline", reuse=False))
-        b_runs.append(session.run(winner.settings, "confirm:recommended", reuse=False))
-    failed = [r for r in a_runs + b_runs if not r.ok]
-    if failed:
-        notes.append(f"confirmation probe {failed[0].id} failed ({failed[0].status.value}: {failed[0].error}); "
-                     "keeping the baseline")
-        return base, None
-    pooled = [[x for r in runs for x in getattr(r, attr)] for runs in (a_runs, b_runs) for attr in ("items", "step_s")]
-    median, low, high = stats.ratio_ci(*pooled, waves=(base.wave, winner.wave))
+    rounds = []
+    for i in range(CONFIRM_ROUNDS):
+        a, b = session.duel(base, winner, ("confirm:baseline", "confirm:recommended"), first=i % 2)
+        rounds.append((a, b))
+        if not (a.ok and b.ok):
+            break
+    failed = next((r for pair in rounds for r in pair if not r.ok), None)
+    finished = [(a, b) for a, b in rounds if a.ok and b.ok]
+    if failed is not None:
+        keeps = (f"the speedup comes from the {len(finished)} round{'s' if len(finished) != 1 else ''} that "
+                 "finished" if finished else "keeping the baseline")
+        notes.append(f"confirmation probe {failed.id} failed ({failed.status.value}: {failed.error}); {keeps}")
+        if not finished:
+            return base, None
+    median, low, high = pair_ratio(finished, waves=(base.wave, winner.wave))
+    lockstep = all("lockstep" in r.extra for pair in finished for r in pair)
+    how = "measured together in lockstep, step by step" if lockstep else "re-measured interleaved"
     speedup = {"median": median, "ci_low": low, "ci_high": high,
-               "method": f"baseline and recommended re-measured interleaved, {CONFIRM_ROUNDS} rounds",
-               "probes": [r.id for pair in zip(a_runs, b_runs) for r in pair]}
+               "method": f"baseline and recommended {how}, {len(finished)} round{'s' if len(finished) != 1 else ''}",
+               "probes": [r.id for pair in rounds for r in pair]}
     if not (median >= 1 + MIN_GAIN and low > 1.0):
         notes.append(f"the confirmation measured {median:.2f}x [{low:.2f}, {high:.2f}] for "
                      f"{knobs.describe(winner.settings, base.settings)}: within noise, so the baseline "

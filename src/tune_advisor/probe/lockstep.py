@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
+
 from ..analysis.stats import wave_noise
 from . import runner
 from .result import ProbeResult
@@ -165,8 +167,8 @@ class _TimedOut(Exception):
 class _Pair:
     """Hands the baton between two started children (runner.Started) and decides when both have measured enough."""
 
-    def __init__(self, probes: list[runner.Started], channels: list[_Channel]):
-        self.probes, self.channels = probes, channels
+    def __init__(self, probes: list[runner.Started], channels: list[_Channel], noise: str = "each"):
+        self.probes, self.channels, self.noise = probes, channels, noise
         self.deadline = min(p.deadline for p in probes)
         self.exit_fds = [_pidfd(p.pid) for p in probes]
         protocol = probes[0].spec.protocol
@@ -227,8 +229,11 @@ class _Pair:
         measured = [sum(s) for s in steps]  # per side, its own steps only: the wall time is twice as long
         if n >= self.cap or max(measured) >= proto.max_time_s:
             return True
-        return n >= proto.min_steps and min(measured) >= proto.min_time_s and all(
-            wave_noise(s, wave) <= proto.noise_bar for s, wave in zip(steps, self.waves))
+        if n < proto.min_steps or min(measured) < proto.min_time_s:
+            return False
+        if self.noise == "ratio":
+            return ratio_settled(steps[0], steps[1], max(self.waves))
+        return all(wave_noise(s, wave) <= proto.noise_bar for s, wave in zip(steps, self.waves))
 
     def _receive(self, side: int) -> str:
         """The next line from `side`; raises _Ended when either child exits, _TimedOut past the deadline."""
@@ -256,10 +261,32 @@ class _Pair:
             pass  # it has exited: _receive reports that
 
 
-def run_pair(specs: Sequence[ProbeSpec], workdir: Path, roles: Sequence[str], first: int = 0) -> list[ProbeResult]:
+RATIO_PRECISION = 0.04  # duels stop once the 95% CI of the step-time ratio is this narrow, or clear of 1 by this
+
+
+def ratio_settled(a: Sequence[float], b: Sequence[float], wave: int, precision: float = RATIO_PRECISION) -> bool:
+    """Whether the ratio of the two sides' step times is known well enough: the 95% CI of its geometric mean over
+    loader waves of `wave` steps is within ±`precision`, or wholly more than `precision` away from 1. The
+    moments both sides shared cancel in each ratio; what is left is each step's own jitter, which averages out."""
+    n_waves = min(len(a), len(b)) // max(1, wave)
+    if n_waves < 4:
+        return False
+    span = n_waves * max(1, wave)
+    sums = [np.asarray(x[:span], dtype=float).reshape(n_waves, -1).sum(axis=1) for x in (a, b)]
+    logs = np.log(sums[1] / sums[0])
+    half = 1.96 * logs.std(ddof=1) / np.sqrt(n_waves)
+    return bool(half <= np.log1p(precision) or abs(logs.mean()) - half > np.log1p(precision))
+
+
+def run_pair(specs: Sequence[ProbeSpec], workdir: Path, roles: Sequence[str], first: int = 0,
+             noise: str = "each") -> list[ProbeResult]:
     """Measure two probes in lockstep and return both results, in the order of `specs`.
 
-    `first` is the side that takes the first measured step. Each result is built as `runner.run_probe` builds it;
+    `first` is the side that takes the first measured step. `noise` says when the measurement is steady enough
+    to stop: "each" side's own step times within the protocol's noise bar (the gate, which reports each side's
+    level), or the "ratio" of the two sides' step times known well enough (`ratio_settled`: the planner's duels,
+    which need only the ratio; a machine swinging between speed states moves both sides alike, so the ratio
+    settles long before either side does). Each result is built as `runner.run_probe` builds it;
     `extra.lockstep` adds the child's steps, waiting time and step spans, and why the pair stopped. A side that
     fails keeps its status; the other is stopped cleanly and keeps the steps it measured.
     """
@@ -274,7 +301,7 @@ def run_pair(specs: Sequence[ProbeSpec], workdir: Path, roles: Sequence[str], fi
             channels.append(_Channel(workdir, spec.id))
             spec = dataclasses.replace(spec, lockstep=channels[-1].paths)
             probes.append(runner.start_probe(spec, workdir, role, slot=slot))  # one zygote each: both run at once
-        pair = _Pair(probes, channels)
+        pair = _Pair(probes, channels, noise)
         why = pair.conduct(first)
     except BaseException:  # Ctrl-C or a fault of ours: leave nothing running behind us
         for probe in probes:

@@ -328,8 +328,12 @@ def finish_probe(started: Started) -> ProbeResult:
     if run.timed_out:
         result.status = Status.TIMEOUT
         where = f" (last phase: {run.phase})" if run.phase else ""
-        result.error = (f"no result within the {spec.limit_s:g} s limit{where}; killed the probe's "
+        limit = (f"the {spec.limit_s:.1f} s left of the analysis budget (--budget)" if spec.budget_bound
+                 else f"the {spec.limit_s:g} s limit")
+        result.error = (f"no result within {limit}{where}; killed the probe's "
                         f"process group ({run.killed} process{'es' if run.killed != 1 else ''})")
+        if spec.budget_bound:
+            result.extra["budget_stopped"] = True
     elif run.result is None:
         from ..distributed.merge import failure  # a DDP job: which rank failed first, and why
 

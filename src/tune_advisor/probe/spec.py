@@ -36,13 +36,21 @@ class ProbeSpec:
     # The gate's lockstep pairs (probe/lockstep.py): {"go": FIFO, "done": FIFO}; each measured step waits for the
     # parent's baton, so two children alternate step by step. None: the child measures at its own pace.
     lockstep: dict[str, str] | None = None
+    budget_left_s: float | None = None  # what is left of the analysis's --budget for this probe; None: no budget
 
     @property
     def limit_s(self) -> float:
         """The wall-clock limit the runner enforces: torch.compile probes get COMPILE_TIME_FACTOR times the
-        limit, because compiling (and recompiling for new shapes) a model on a CPU takes tens of seconds."""
+        limit, because compiling (and recompiling for new shapes) a model on a CPU takes tens of seconds; and
+        never past what is left of the budget."""
         compiling = self.settings.get("compile", "off") != "off"
-        return self.timeout_s * (COMPILE_TIME_FACTOR if compiling else 1)
+        limit = self.timeout_s * (COMPILE_TIME_FACTOR if compiling else 1)
+        return limit if self.budget_left_s is None else min(limit, self.budget_left_s)
+
+    @property
+    def budget_bound(self) -> bool:
+        """Whether the budget, not the probe timeout, sets `limit_s`."""
+        return self.budget_left_s is not None and self.limit_s == self.budget_left_s
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
