@@ -1,8 +1,7 @@
 """How close does the adaptive planner get to the grid's optimum, and at what share of its cost? (issue 3)
 
 For every fixture, in one run:
-  1. `--strategy grid`: every combination of the fixture's SEARCH (no budget), confirmation included (a finished
-     grid run left in the same --out folder is reused: it is the slow part);
+  1. `--strategy grid`: every combination of the fixture's SEARCH (no budget), confirmation included;
   2. the adaptive planner, twice, exploring the same knobs as the grid (`--knobs` = the fixture's SEARCH names);
      the second run checks that it recommends the same settings, or settings within noise of them;
   3. the grid's fastest configuration against the planner's recommendation (and the first run's against the
@@ -15,7 +14,8 @@ Cost = the planner's wall time over the grid's (each a whole `analyze`: inspecti
     python benchmarks/search_quality.py [FIXTURE.py ...] [--out DIR]
 
 Targets (issue 3): regret <= 5% on every fixture, cost <= 30% of the grid. Rows are saved to DIR/rows.json as each
-fixture finishes, and the table is printed at the end.
+fixture finishes, and the table is printed at the end. Finished runs (grid and planner) found in DIR are reused, so
+an interrupted benchmark goes on where it stopped; a new DIR measures everything afresh.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from tune_advisor import api, knobs, results
 from tune_advisor.errors import UsageError
 from tune_advisor.planner.session import pair_ratio, together
 from tune_advisor.probe import lockstep
-from tune_advisor.probe.result import ProbeResult
+from tune_advisor.probe.result import ProbeResult, Status
 from tune_advisor.probe.runner import run_probe
 from tune_advisor.probe.spec import ProbeSpec, Protocol
 
@@ -48,13 +48,13 @@ def fastest(probes: list[ProbeResult]) -> ProbeResult:
     return max((p for p in probes if p.ok), key=lambda p: p.throughput_median)
 
 
-def saved_grid(folder: Path) -> api.AnalysisResult | None:
-    """A finished grid run from an earlier invocation with the same --out (the grid is the slow part)."""
+def saved_run(folder: Path, strategy: str) -> api.AnalysisResult | None:
+    """A finished run of `strategy` from an earlier invocation with the same --out (the grid is the slow part)."""
     try:
         doc = results.read(folder / "results.json")
     except UsageError:
         return None
-    if not doc.get("recommended") or doc.get("plan", {}).get("strategy") != "grid":
+    if doc.get("run", {}).get("state") != "complete" or doc.get("plan", {}).get("strategy") != strategy:
         return None
     probes = [ProbeResult.from_dict(p) for p in doc["probes"]]
     return api.AnalysisResult(ProbeResult.from_dict(doc["baseline"]), ProbeResult.from_dict(doc["recommended"]),
@@ -66,7 +66,7 @@ def remeasure(path: Path, reference: dict, candidate: dict, workdir: Path) -> di
     if reference == candidate:
         return {"median": 1.0, "low": 1.0, "high": 1.0, "rounds": [], "how": "same settings"}
     info = api.inspect(path, "cpu", workdir)
-    ref, cand = ProbeResult("ref", reference), ProbeResult("cand", candidate)
+    ref, cand = ProbeResult("ref", reference, Status.OK), ProbeResult("cand", candidate, Status.OK)
     paired = together(ref, cand)
     ratios = []
     for i in range(ROUNDS):
@@ -92,7 +92,7 @@ def bench(name: str, out: Path) -> dict:
     path = ROOT / "fixtures" / name
     stem = path.stem
     api.inspect(path, "cpu", out / stem / "warm")  # start the probe zygote first, so neither strategy pays for it
-    grid = saved_grid(out / stem / "grid")
+    grid = saved_run(out / stem / "grid", "grid")
     if grid is None:
         print(f"\n== {name}: grid", flush=True)
         grid = api.analyze(path, out=out / stem / "grid", device="cpu", budget=None, protocol=PROTOCOL,
@@ -102,9 +102,15 @@ def bench(name: str, out: Path) -> dict:
     explore = list(grid.document["workload"]["search"])  # the same space as the grid
     runs = []
     for i in (1, 2):
-        print(f"== {name}: adaptive planner, run {i} (--knobs {','.join(explore)})", flush=True)
-        runs.append(api.analyze(path, out=out / stem / f"adaptive{i}", device="cpu", budget=PLANNER_BUDGET,
-                                protocol=PROTOCOL, only_knobs=explore))
+        folder = out / stem / f"adaptive{i}"
+        run = saved_run(folder, "adaptive")
+        if run is None:
+            print(f"== {name}: adaptive planner, run {i} (--knobs {','.join(explore)})", flush=True)
+            run = api.analyze(path, out=folder, device="cpu", budget=PLANNER_BUDGET, protocol=PROTOCOL,
+                              only_knobs=explore)
+        else:
+            print(f"== {name}: adaptive planner, run {i}: already measured in {folder}", flush=True)
+        runs.append(run)
     base = grid.baseline.settings
     grid_best = fastest(grid.probes)
     first, second = runs[0].recommended.settings, runs[1].recommended.settings

@@ -18,6 +18,7 @@ from .collectors import designate, flops
 from . import workload as workload_mod
 from .errors import UsageError, WorkloadError
 from .planner import STRATEGIES, PlanContext, Session, plan
+from .planner.session import protocol_for
 from .probe.result import ProbeResult
 from .render import write_reports
 from .probe import lockstep
@@ -255,13 +256,10 @@ def analyze(path: str | Path, *, out: str | Path | None = None, device: str = "a
             if on_probe_start:
                 on_probe_start(probe_id, settings, role)
             left = session.time_left(role)
-            measuring = protocol
-            if left is not None:  # a noisy measurement stops extending itself in time to leave a result
-                left = max(left, MIN_PROBE_S)
-                measuring = replace(protocol, max_time_s=max(protocol.min_time_s,
-                                                             min(protocol.max_time_s, left / 2)))
+            left = None if left is None else max(left, MIN_PROBE_S)
             return ProbeSpec(id=probe_id, workload=str(info.path), settings=settings, device=device,
-                             protocol=measuring, timeout_s=timeout_s, seed=seed, profile=profiled(role),
+                             protocol=protocol_for(role, protocol, left), timeout_s=timeout_s, seed=seed,
+                             profile=profiled(role),
                              distributed=layout, budget_left_s=left)
 
         def runner(probe_id: str, settings: dict[str, Any], role: str) -> ProbeResult:

@@ -467,3 +467,17 @@ def test_knobs_option_limits_what_the_planner_explores():
     assert {p.role for p in outcome.probes} <= {"baseline", "ladder:batch_size", "recheck", "confirm:baseline",
                                                  "confirm:recommended"}
     assert outcome.decisions[0] == "exploring only num_workers, batch_size (--knobs)"
+
+
+def test_exploring_probes_screen_and_no_probe_measures_past_the_budget():
+    from tune_advisor.planner.session import SCREEN_MAX_S, protocol_for
+    from tune_advisor.probe.spec import Protocol
+
+    full = Protocol(min_time_s=1.0, max_time_s=15.0)
+    # exploring probes measure at most SCREEN_MAX_S; the baseline, duels and the confirmation keep the cap
+    assert protocol_for("ladder:batch_size", full, None).max_time_s == SCREEN_MAX_S
+    assert protocol_for("knob:amp", full, None).max_time_s == SCREEN_MAX_S
+    assert protocol_for("baseline", full, None) is full and protocol_for("recheck", full, None) is full
+    # with 10 s of budget left, half of it; never under the minimum measuring time
+    assert protocol_for("confirm:baseline", full, 10.0).max_time_s == 5.0
+    assert protocol_for("confirm:baseline", full, 1.0).max_time_s == 1.0

@@ -7,12 +7,13 @@ them with a fake runner in milliseconds.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from .. import knobs
 from ..analysis import parity, stats
 from ..probe.result import ProbeResult, Status
+from ..probe.spec import Protocol
 
 MIN_GAIN = 0.03  # a change must beat its reference by 3% (and its ratio CI must exclude 1) to be kept
 # Separate probes a few seconds apart can run in different speed states of the machine (this 2-core VM swings about
@@ -22,6 +23,10 @@ MIN_GAIN = 0.03  # a change must beat its reference by 3% (and its ratio CI must
 DUEL_FROM = 0.9
 CLEAR_GAIN = 1.5
 CONFIRM_ROUNDS = 2  # baseline and winner measured together in lockstep, twice (each side moves first once)
+# Probes that explore only screen: they decide the clear cases and duels decide the rest, so measuring one
+# longer buys little. A noisy one, on a machine whose speed swings, would otherwise run to its cap.
+SCREEN_MAX_S = 3.0
+SCREENING_ROLES = ("knob:", "ladder:", "bisect:")
 CONFIRM_RESERVE = 2 * CONFIRM_ROUNDS  # probes kept back from the budget for the confirmation
 # The confirmation may run this far past --budget (the contract is "within 10%"): it is what the recommendation
 # rests on, and its probes' wall times vary with the machine's speed. Exploring probes stop where it must begin.
@@ -280,6 +285,19 @@ def together(a: ProbeResult, b: ProbeResult) -> bool:
     the other side's turn: that favours the side with more workers, and lockstep measures the step, not the
     loader. Loader changes are large or nothing, and are measured one after the other."""
     return all(a.settings.get(k) == b.settings.get(k) for k in ("num_workers", *knobs.LOADER_KNOBS))
+
+
+def protocol_for(role: str, protocol: Protocol, left_s: float | None) -> Protocol:
+    """The measurement protocol of a probe of `role`: screening probes measure at most SCREEN_MAX_S, and every
+    probe stops extending its measurement in time to leave a result within `left_s` (what is left of the
+    budget for it)."""
+    cap = protocol.max_time_s
+    if role.startswith(SCREENING_ROLES):
+        cap = min(cap, SCREEN_MAX_S)
+    if left_s is not None:
+        cap = min(cap, left_s / 2)
+    cap = max(protocol.min_time_s, cap)
+    return protocol if cap == protocol.max_time_s else replace(protocol, max_time_s=cap)
 
 
 def pair_ratio(pairs: list[tuple[ProbeResult, ProbeResult]],
