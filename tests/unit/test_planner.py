@@ -481,3 +481,13 @@ def test_exploring_probes_screen_and_no_probe_measures_past_the_budget():
     # with 10 s of budget left, half of it; never under the minimum measuring time
     assert protocol_for("confirm:baseline", full, 10.0).max_time_s == 5.0
     assert protocol_for("confirm:baseline", full, 1.0).max_time_s == 1.0
+
+
+def test_a_gain_still_inconclusive_after_a_duel_earns_more_up_to_three():
+    # GIVEN bf16 truly 15% faster, steps jittering ±90%, and no lockstep (the duels run in turn, pooling samples)
+    outcome, runner = run_plan(lambda s: 1000.0 * (1.15 if s["amp"] == "bf16" else 1.0), workload=MLP,
+                               search={"batch_size": [16]}, jitter=0.9, device=CPU_AMP_ONLY, explore=("amp",))
+    # THEN one duel could not tell, so two more were run, and the pooled samples kept bf16
+    rechecks = [p.settings["amp"] for p in outcome.probes if p.role == "recheck"]
+    assert rechecks == ["off", "bf16", "bf16", "off", "off", "bf16"]  # who runs first alternates
+    assert outcome.recommended.settings["amp"] == "bf16"

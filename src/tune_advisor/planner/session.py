@@ -22,6 +22,7 @@ MIN_GAIN = 0.03  # a change must beat its reference by 3% (and its ratio CI must
 # low end) it is kept without one, as no swing of the machine makes that much.
 DUEL_FROM = 0.9
 CLEAR_GAIN = 1.5
+MAX_DUELS = 3  # per comparison: a gain still inconclusive after a duel earns another, up to this many
 CONFIRM_ROUNDS = 2  # baseline and winner measured together in lockstep, twice (each side moves first once)
 # Probes that explore only screen: they decide the clear cases and duels decide the rest, so measuring one
 # longer buys little. A noisy one, on a machine whose speed swings, would otherwise run to its cap.
@@ -249,16 +250,23 @@ class Session:
         """A gain larger than the noise: at least MIN_GAIN, and the ratio's 95% CI excludes 1.
 
         Separate probes decide only the clear cases (a ratio under DUEL_FROM, or a CI above CLEAR_GAIN). Between
-        them both are measured once more, together in lockstep, and that duel decides, when the budget allows
-        it; else the separate probes decide as best they can."""
+        them both are measured again in a duel, together in lockstep where they can be; a gain still promising
+        but inconclusive after it (loader-bound probes are bursty) earns another, up to MAX_DUELS, while the
+        budget allows. Without the budget for one, the evidence so far decides."""
         median, low, _ = self.gain(reference, candidate)
-        if median != median or median < DUEL_FROM or low >= CLEAR_GAIN or self.dueled(reference, candidate):
+        if median != median or median < DUEL_FROM or low >= CLEAR_GAIN:
             return median >= 1 + MIN_GAIN and low > 1.0
-        again_s = max(0.0, _plain_wall(reference) + _plain_wall(candidate) - 2 * self.typical_probe_s())
-        if self.affordable(2, extra_s=again_s):  # who moves first alternates from duel to duel
-            a, b = self.duel(reference, candidate, first=sum(map(len, self._duels.values())) % 2)
-            if a.ok and b.ok:
-                median, low, _ = self.gain(reference, candidate)
+        for _ in range(MAX_DUELS - len(self._duels.get((_key(reference.settings), _key(candidate.settings)), []))):
+            dueled = self.dueled(reference, candidate)
+            if dueled and not (median >= 1 + MIN_GAIN and low <= 1.0):
+                break  # decided
+            again_s = max(0.0, _plain_wall(reference) + _plain_wall(candidate) - 2 * self.typical_probe_s())
+            if not self.affordable(2, extra_s=again_s):
+                break
+            a, b = self.duel(reference, candidate, first=sum(map(len, self._duels.values())) % 2)  # alternate
+            if not (a.ok and b.ok):
+                break
+            median, low, _ = self.gain(reference, candidate)
         return median >= 1 + MIN_GAIN and low > 1.0
 
     def describe_gain(self, reference: ProbeResult, candidate: ProbeResult) -> str:
