@@ -491,3 +491,23 @@ def test_a_gain_still_inconclusive_after_a_duel_earns_more_up_to_three():
     rechecks = [p.settings["amp"] for p in outcome.probes if p.role == "recheck"]
     assert rechecks == ["off", "bf16", "bf16", "off", "off", "bf16"]  # who runs first alternates
     assert outcome.recommended.settings["amp"] == "bf16"
+
+
+def test_with_three_runs_a_side_their_spread_not_the_steps_measures_the_noise():
+    from tune_advisor.analysis import stats
+
+    # GIVEN three runs a side whose window throughputs repeat within 2%, the candidate's 15% higher
+    rates_a = [1000.0, 1020.0, 980.0]
+    rates_b = [1.15 * r for r in rates_a]
+    # THEN the runs' ratio is 1.15 with a CI clear of 1
+    median, low, high = stats.runs_ratio_ci(rates_a, rates_b)
+    assert 1.13 < median < 1.17 and low > 1.08 and high < 1.22
+    # AND the session uses it once each side has three runs
+    runner, clock = FakeRunner(lambda s: 1000.0 * (1.15 if s["amp"] == "bf16" else 1.0), jitter=0.9), FakeClock()
+    session = Session(runner, clock=clock)
+    base = knobs.full_settings({"batch_size": 16})
+    a = [session.run(base, "baseline", reuse=False) for _ in range(3)]
+    b = [session.run({**base, "amp": "bf16"}, "knob:amp", reuse=False) for _ in range(3)]
+    from tune_advisor.planner.session import window_rate
+    assert session.gain(a[0], b[0]) == stats.runs_ratio_ci([window_rate(p) for p in a],
+                                                           [window_rate(p) for p in b])

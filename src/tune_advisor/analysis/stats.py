@@ -100,3 +100,22 @@ def ratio_ci(a_items: Sequence[float], a_times: Sequence[float], b_items: Sequen
     tail = (1 - level) / 2 * 100
     low, mid, high = np.percentile(ratio, [tail, 50, 100 - tail])
     return float(mid), float(low), float(high)
+
+
+def runs_ratio_ci(a_rates: Sequence[float], b_rates: Sequence[float], seed: int = 0, level: float = 0.95,
+                  n_boot: int = BOOTSTRAP_RESAMPLES) -> tuple[float, float, float]:
+    """(median, ci_low, ci_high) of mean(B)/mean(A) over whole runs, each run's window throughput one sample,
+    resampling the runs of each side.
+
+    Runs of the same settings repeated in separate processes show how reproducible a throughput really is. Steps
+    resampled within runs cannot: a loader stalls at regular points (each epoch's worker start-up, a wave of
+    slow reads), every window holds about as many stalls, but resampled blocks hold any number of them."""
+    a, b = np.asarray(a_rates, dtype=float), np.asarray(b_rates, dtype=float)
+    if a.size == 0 or b.size == 0:
+        return float("nan"), float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    ratio = (b[rng.integers(0, b.size, (n_boot, b.size))].mean(axis=1)
+             / a[rng.integers(0, a.size, (n_boot, a.size))].mean(axis=1))
+    tail = (1 - level) / 2 * 100
+    low, mid, high = np.percentile(ratio, [tail, 50, 100 - tail])
+    return float(mid), float(low), float(high)

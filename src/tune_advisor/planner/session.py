@@ -23,6 +23,7 @@ MIN_GAIN = 0.03  # a change must beat its reference by 3% (and its ratio CI must
 DUEL_FROM = 0.9
 CLEAR_GAIN = 1.5
 MAX_DUELS = 3  # per comparison: a gain still inconclusive after a duel earns another, up to this many
+MIN_RUNS = 3  # runs per side from which their spread, not the steps', measures the noise (duels in turn add them)
 CONFIRM_ROUNDS = 2  # baseline and winner measured together in lockstep, twice (each side moves first once)
 # Probes that explore only screen: they decide the clear cases and duels decide the rest, so measuring one
 # longer buys little. A noisy one, on a machine whose speed swings, would otherwise run to its cap.
@@ -234,12 +235,17 @@ class Session:
 
     def gain(self, reference: ProbeResult, candidate: ProbeResult) -> tuple[float, float, float]:
         """Throughput ratio candidate/reference: (median, ci_low, ci_high); NaNs when either failed. From their
-        lockstep duels when they had one (each step beside its partner), else over their pooled samples."""
+        lockstep duels when they had one (each step beside its partner); else, with MIN_RUNS runs or more of each,
+        over the runs (each run's throughput one sample); else over their pooled steps."""
         if not (reference.ok and candidate.ok):
             return float("nan"), float("nan"), float("nan")
         duels = self._duels.get((_key(reference.settings), _key(candidate.settings)))
         if duels and all("lockstep" in r.extra for pair in duels for r in pair):
             return pair_ratio(duels, waves=(reference.wave, candidate.wave))
+        runs = [[window_rate(p) for p in self.probes if p.ok and p.settings == side.settings]
+                for side in (reference, candidate)]
+        if min(map(len, runs)) >= MIN_RUNS:  # enough separate runs to see how reproducible each side is
+            return stats.runs_ratio_ci(*runs)
         return stats.ratio_ci(*self.samples(reference.settings), *self.samples(candidate.settings), seed=0,
                               waves=(reference.wave, candidate.wave))
 
@@ -306,6 +312,11 @@ def protocol_for(role: str, protocol: Protocol, left_s: float | None) -> Protoco
         cap = min(cap, left_s / 2)
     cap = max(protocol.min_time_s, cap)
     return protocol if cap == protocol.max_time_s else replace(protocol, max_time_s=cap)
+
+
+def window_rate(probe: ProbeResult) -> float:
+    """Items per second over the probe's measured window."""
+    return sum(probe.items) / sum(probe.step_s)
 
 
 def pair_ratio(pairs: list[tuple[ProbeResult, ProbeResult]],
