@@ -121,4 +121,4 @@ def test_budget_bounds_the_wall_time_and_lists_what_was_left(cli, tmp_path):
     budget = results.read(out / "results.json")["budget"]
     # THEN the whole analysis stays within 10% of the budget and says what it did not get to
     assert budget["used_s"] <= 60 * 1.1
-    assert any("over budget" in u for u in budget["unexplored"])
+    assert any("over budget" in u or "stopped when the budget ran out" in u for u in budget["unexplored"])

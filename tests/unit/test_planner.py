@@ -511,3 +511,27 @@ def test_with_three_runs_a_side_their_spread_not_the_steps_measures_the_noise():
     from tune_advisor.planner.session import window_rate
     assert session.gain(a[0], b[0]) == stats.runs_ratio_ci([window_rate(p) for p in a],
                                                            [window_rate(p) for p in b])
+
+
+def test_probes_get_what_is_left_of_the_budget_as_their_limit():
+    from tune_advisor.planner.session import CONFIRM_GRACE
+    from tune_advisor.probe.spec import ProbeSpec
+
+    runner, clock = FakeRunner(lambda s: 1000.0, wall_s=5.0), FakeClock()
+    session = Session(runner, 60.0, clock=clock)
+    session.baseline = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
+    clock.now = 30.0
+    # GIVEN 30 s left, and a confirmation predicted at 2 x (5 s + 5 s)
+    # THEN an exploring probe may run until the confirmation must begin; the confirmation 5% past the budget
+    assert session.time_left("ladder:batch_size") == 60.0 - 20.0 - 30.0
+    assert session.time_left("confirm:baseline") == 60.0 * (1 + CONFIRM_GRACE) - 30.0
+    assert Session(runner).time_left("knob:amp") is None
+    # AND the runner's limit is the smaller of the probe timeout and that, and says which it is
+    spec = ProbeSpec(id="p1", workload="w.py", settings={}, timeout_s=120.0, budget_left_s=10.0)
+    assert spec.limit_s == 10.0 and spec.budget_bound
+    assert not ProbeSpec(id="p1", workload="w.py", settings={}, timeout_s=5.0, budget_left_s=10.0).budget_bound
+    # AND a probe the budget stopped is listed as unexplored
+    stopped = runner("p9", {**session.baseline.settings, "amp": "bf16"}, "knob:amp")
+    stopped.status, stopped.extra["budget_stopped"] = Status.TIMEOUT, True
+    session._record(stopped)
+    assert session.unexplored == ["amp=bf16: stopped when the budget ran out (p9)"]

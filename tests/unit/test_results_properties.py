@@ -171,3 +171,13 @@ def _invalid(name, value) -> bool:
     except ValueError:
         return True
     return False
+
+
+def test_a_speedup_edited_into_non_numbers_renders_without_them(tmp_path):
+    # Hypothesis found this one: a confirmed speedup whose CI bound was edited into a list
+    document = {**GOLDEN, "probes": GOLDEN["probes"][:4],
+                "speedup": {**GOLDEN["speedup"], "ci_low": [], "method": {"not": "text"}}}
+    document = read_or_refuse(write(tmp_path, json.dumps(document)))
+    page = html.render(document)
+    assert "</html>" in page and "no CI" in page
+    markdown.render(document)

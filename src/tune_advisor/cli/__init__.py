@@ -38,4 +38,5 @@ app.command("baseline", help=baseline.__doc__)(baseline.command)
 
 
 def main() -> None:
+    state.program = True  # the process is ours to end (not a test's CliRunner)
     sys.exit(app())

@@ -19,6 +19,7 @@ EXIT_INTERRUPTED = 130
 @dataclass
 class State:
     debug: bool = False
+    program: bool = False  # run as the `tune-advisor` program (main()), not inside a caller's process
 
 
 state = State()

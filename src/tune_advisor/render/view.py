@@ -159,6 +159,10 @@ def build(document: Mapping[str, Any]) -> Report:
     rows = [_row(p, base_settings, baseline, recommended) for p in probes]
     budget = as_dict(doc.get("budget"))
     speedup = as_dict(doc.get("speedup")) or None
+    if speedup:  # a hand-edited file may hold anything there: only numbers are shown as numbers
+        speedup = {**speedup, **{k: as_num(speedup.get(k)) for k in ("median", "ci_low", "ci_high")}}
+        if not isinstance(speedup.get("method"), str):
+            speedup.pop("method", None)
     return Report(
         document=doc,
         title=_title(workload),
