@@ -332,8 +332,11 @@ def test_without_lockstep_the_duel_runs_one_probe_after_the_other():
     # THEN both were measured once more in turn, and the confirmation ran A B, B A
     rechecks = [p for p in outcome.probes if p.role == "recheck"]
     assert [p.settings["amp"] for p in rechecks][:2] == ["off", "bf16"]
-    confirm = [p for p in outcome.probes if p.role.startswith("confirm")]
-    assert "interleaved" in (outcome.speedup or {}).get("method", "interleaved") and len(confirm) in (0, 4)
+    confirm = [(p.role, p.settings["amp"]) for p in outcome.probes if p.role.startswith("confirm")]
+    assert confirm == [("confirm:baseline", "off"), ("confirm:recommended", "bf16"),
+                       ("confirm:recommended", "bf16"), ("confirm:baseline", "off")]
+    assert outcome.speedup["method"] == "baseline and recommended re-measured interleaved, 2 rounds"
+    assert runner.pairs == []
 
 
 def test_amp_that_does_not_pay_at_a_tiny_batch_is_tried_again_at_the_larger_one():
