@@ -89,12 +89,12 @@ def test_a_side_that_crashes_mid_round_ends_it_with_its_status(tmp_path, spawned
 
 
 def test_the_wall_clock_limit_kills_both_sides(tmp_path, spawned):
-    # GIVEN a candidate whose 3rd measured step never ends, and a 6 s limit
-    pair = specs(tmp_path, failing(tmp_path, "time.sleep(600)", fail_at=4), timeout_s=6)
+    # GIVEN a candidate whose 3rd measured step never ends, and a 3 s probe timeout: 6 s for a lockstep side
+    pair = specs(tmp_path, failing(tmp_path, "time.sleep(600)", fail_at=4), timeout_s=3)
     # WHEN the pair runs
     results = lockstep.run_pair(pair, tmp_path, ["gate:reference", "gate:candidate"])
     # THEN both are timeouts at the limit, and no process of either is left
     assert [r.status for r in results] == [Status.TIMEOUT, Status.TIMEOUT]
-    assert all("6 s limit" in r.error for r in results)
+    assert all("6 s limit of a lockstep side" in r.error for r in results)
     leftovers = [p for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
     assert leftovers == []

@@ -533,6 +533,11 @@ def test_probes_get_what_is_left_of_the_budget_as_their_limit():
     spec = ProbeSpec(id="p1", workload="w.py", settings={}, timeout_s=120.0, budget_left_s=10.0)
     assert spec.limit_s == 10.0 and spec.budget_bound
     assert not ProbeSpec(id="p1", workload="w.py", settings={}, timeout_s=5.0, budget_left_s=10.0).budget_bound
+    # AND a lockstep side, paused while its partner steps, gets twice the probe timeout, within the budget
+    fifo = {"go": "g", "done": "d"}
+    assert ProbeSpec(id="p1", workload="w.py", settings={}, timeout_s=5.0, lockstep=fifo).limit_s == 10.0
+    assert ProbeSpec(id="p1", workload="w.py", settings={}, timeout_s=5.0, lockstep=fifo,
+                     budget_left_s=7.0).limit_s == 7.0
     # AND a probe the budget stopped is listed as unexplored
     stopped = runner("p9", {**session.baseline.settings, "amp": "bf16"}, "knob:amp")
     stopped.status, stopped.extra["budget_stopped"] = Status.TIMEOUT, True

@@ -329,7 +329,7 @@ def finish_probe(started: Started) -> ProbeResult:
         result.status = Status.TIMEOUT
         where = f" (last phase: {run.phase})" if run.phase else ""
         limit = (f"the {spec.limit_s:.1f} s left of the analysis budget (--budget)" if spec.budget_bound
-                 else f"the {spec.limit_s:g} s limit")
+                 else f"the {spec.limit_s:g} s limit{' of a lockstep side' if spec.lockstep else ''}")
         result.error = (f"no result within {limit}{where}; killed the probe's "
                         f"process group ({run.killed} process{'es' if run.killed != 1 else ''})")
         if spec.budget_bound:

@@ -41,10 +41,11 @@ class ProbeSpec:
     @property
     def limit_s(self) -> float:
         """The wall-clock limit the runner enforces: torch.compile probes get COMPILE_TIME_FACTOR times the
-        limit, because compiling (and recompiling for new shapes) a model on a CPU takes tens of seconds; and
-        never past what is left of the budget."""
+        limit, because compiling (and recompiling for new shapes) a model on a CPU takes tens of seconds; a
+        lockstep side gets twice the limit, because it waits paused while its partner takes every other step;
+        and never past what is left of the budget."""
         compiling = self.settings.get("compile", "off") != "off"
-        limit = self.timeout_s * (COMPILE_TIME_FACTOR if compiling else 1)
+        limit = self.timeout_s * (COMPILE_TIME_FACTOR if compiling else 1) * (2 if self.lockstep else 1)
         return limit if self.budget_left_s is None else min(limit, self.budget_left_s)
 
     @property
