@@ -95,7 +95,8 @@ def inspect(path: str | Path, device: str, workdir: Path, timeout_s: float = INS
     run = spawn_child(spec, workdir)
     if run.timed_out:
         raise WorkloadError(shown, f"loading the workload took longer than {timeout_s:g} s "
-                                   f"(stuck while {run.phase or 'starting'})", "make build_model()/build_dataset() fast")
+                                   f"(stuck while {run.phase or 'starting'})",
+                            "make build_model()/build_dataset() fast")
     if run.result is None:
         _, cause = classify_exit(run, spec)
         raise WorkloadError(shown, f"the process loading the workload {cause}",

@@ -148,7 +148,8 @@ def batch_change_note(old: int, new: int, dataset_len: int | None = None) -> str
     Throughput is compared per sample, but an optimiser step then averages over a different number of samples.
     """
     k = new / old
-    steps = f"; {-(-dataset_len // old):,} → {-(-dataset_len // new):,} optimizer steps per epoch" if dataset_len else ""
+    per_epoch = (-(-dataset_len // old), -(-dataset_len // new)) if dataset_len else None
+    steps = f"; {per_epoch[0]:,} → {per_epoch[1]:,} optimizer steps per epoch" if per_epoch else ""
     text = f"batch_size {old} → {new}: each optimizer step averages {k:g}x the samples{steps}. "
     if new > old:
         text += (f"Scale the learning rate about {k:g}x (linear rule, SGD) or {k ** 0.5:.3g}x (square root, "

@@ -80,7 +80,10 @@ def _gate(item: pytest.Item, marker: pytest.Mark) -> None:
     from tune_advisor.probe.spec import Protocol
 
     root = Path(item.config.rootpath)
-    resolve = (lambda p: None if p is None else Path(p) if Path(p).is_absolute() else root / p)
+
+    def resolve(path: str | None) -> Path | None:  # relative to the test suite's root, like pytest's own paths
+        return None if path is None else Path(path) if Path(path).is_absolute() else root / path
+
     settings = kwargs.get("settings")
     if isinstance(settings, dict):
         settings = [f"{k}={v}" for k, v in settings.items()]

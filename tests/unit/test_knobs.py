@@ -84,7 +84,8 @@ def test_applicable_knobs_give_no_reason(name, value, workload, device):
 
 def test_describe_shows_only_differences_from_a_base():
     base = knobs.full_settings()
-    assert knobs.describe({**base, "amp": "bf16", "pin_memory": True}, base) == "pin_memory=true, amp=bf16"  # catalogue order
+    # in catalogue order
+    assert knobs.describe({**base, "amp": "bf16", "pin_memory": True}, base) == "pin_memory=true, amp=bf16"
     assert knobs.describe(base, base) == "(baseline)"
 
 

@@ -22,7 +22,8 @@ from ._common import EXIT_INTERRUPTED, command_line, err, handle_errors, out as 
 @handle_errors
 def command(
     file: Path = typer.Argument(..., help="The workload file (defines build_model() and build_dataset())."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder [default: tune-advisor-report/<stem>]."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o",
+                                       help="Output folder [default: tune-advisor-report/<stem>]."),
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
     budget: str = typer.Option("15m", help="Wall-time budget of the whole analysis (e.g. 5m, 90s)."),
     probe_timeout: str = typer.Option("120s", help="Wall-clock limit of each probe."),

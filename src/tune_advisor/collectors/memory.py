@@ -57,8 +57,8 @@ class TreeMemorySampler:
             self._stop.wait(self.interval_s)
 
 
-# psutil finds children by scanning every process in /proc (~1 ms here), and on a 2-core machine
-# the parent's CPU time is taken from the probe it watches. Linux lists a task's children directly, and statm is one read.
+# psutil finds children by scanning every process in /proc (~1 ms here), and on a 2-core machine the parent's
+# CPU time is taken from the probe it watches. Linux lists a task's children directly, and statm is one read.
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _HAS_PROC_CHILDREN = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
 

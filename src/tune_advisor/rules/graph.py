@@ -231,7 +231,8 @@ def compile_recompiles(ctx: Context) -> Finding | None:
 
     How it is measured:
         `extra.compile.recompiles_warmup` and `recompiles_measured`: graphs torch._dynamo compiled after the
-        first step (every step runs the same code, so a new graph means new shapes), before and after warm-up and `extra.distinct_input_shapes`. No gain is claimed.
+        first step (every step runs the same code, so a new graph means new shapes), before and after warm-up
+        and `extra.distinct_input_shapes`. No gain is claimed.
 
     Fix:
         Pad or bucket the inputs to a few fixed lengths (for example multiples of 64 tokens), or compile with

@@ -101,19 +101,20 @@ def compile_or_tf32_changes_loss(ctx: Context) -> Finding | None:
 
     What it finds:
         Two probes that differ only in `compile` (off against a compile mode) or in `matmul_precision`
-        (highest against high, TF32 on Ampere+ GPUs, or medium, bf16 inside float32 matmuls) trained on the same data in the same order from the same
-        initial weights, yet their losses over the common measured steps differ by more than 5% on average.
+        (highest against high, TF32 on Ampere+ GPUs, or medium, bf16 inside float32 matmuls) trained on the
+        same data in the same order from the same initial weights, yet their losses over the common measured
+        steps differ by more than 5% on average.
 
     Why it matters:
         Both knobs are meant to leave training the same: compiled kernels reorder floating-point sums, and TF32
-        and bf16 round matmul inputs to 10 and 7 mantissa bits, which should move the loss only in its last digits. A visible
-        change points at a numerically fragile model (huge activations, catastrophic cancellation) or a
-        compiler bug, and the speed is worth nothing if the model then learns differently.
+        and bf16 round matmul inputs to 10 and 7 mantissa bits, which should move the loss only in its last
+        digits. A visible change points at a numerically fragile model (huge activations, catastrophic
+        cancellation) or a compiler bug, and the speed is worth nothing if the model then learns differently.
 
     How it is measured:
         As TA702 (`analysis.parity`): mean |loss_knob - loss_reference| over the mean of the larger of the
-        two per step, on the common measured steps of the pair; above 0.05 fires. The planner applies the same test and does not
-        recommend such settings.
+        two per step, on the common measured steps of the pair; above 0.05 fires. The planner applies the same
+        test and does not recommend such settings.
 
     Fix:
         Keep the knob off for this model, or find the fragile operation (compare the two runs layer by layer)
