@@ -6,8 +6,8 @@ For every fixture, in one run:
      the second run checks that it recommends the same settings, or settings within noise of them;
   3. the grid's fastest configuration against the planner's recommendation (and the first run's against the
      second's): ROUNDS pairs measured together in lockstep (probe/lockstep.py; who moves first, and which zygote
-     slot each side takes, alternate), or one after the other (G P, P G, ...) when their loaders differ, which
-     lockstep cannot compare fairly. regret = 1 - planner/grid: the median of the rounds' ratios, with their range.
+     slot each side takes, alternate), or ROUNDS_IN_TURN rounds one after the other (G P, P G, ...) when their
+     loaders differ, which lockstep cannot compare fairly. regret = 1 - planner/grid: the median of the rounds' ratios, with their range.
      Identical settings are not measured: their ratio is 1.
 Cost = the planner's wall time over the grid's (each a whole `analyze`: inspection, probes, confirmation).
 
@@ -38,6 +38,8 @@ from tune_advisor.probe.spec import ProbeSpec, Protocol
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ["io_bound.py", "augment_cpu.py", "tiny_batch_mlp.py", "cnn.py", "hf_transformer.py", "lstm_collate.py"]
 ROUNDS = 4  # even: each side moves first (and takes zygote slot 0) as often as the other
+# Probes one after the other carry the machine's swings (about 30% here) into each round's ratio: twice the rounds.
+ROUNDS_IN_TURN = 8
 # The same protocol for every strategy; shorter than the default so the grids (~250 probes) take minutes.
 PROTOCOL = Protocol(warmup_steps=2, min_steps=8, min_time_s=0.5, max_time_s=8.0)
 PLANNER_BUDGET = "15m"  # the CLI default: the planner stops on its own long before
@@ -62,14 +64,15 @@ def saved_run(folder: Path, strategy: str) -> api.AnalysisResult | None:
 
 
 def remeasure(path: Path, reference: dict, candidate: dict, workdir: Path) -> dict:
-    """candidate/reference throughput over ROUNDS rounds: {"median", "low", "high", "rounds", "how"}."""
+    """candidate/reference throughput over ROUNDS (in turn: ROUNDS_IN_TURN) rounds:
+    {"median", "low", "high", "rounds", "how"}."""
     if reference == candidate:
         return {"median": 1.0, "low": 1.0, "high": 1.0, "rounds": [], "how": "same settings"}
     info = api.inspect(path, "cpu", workdir)
     ref, cand = ProbeResult("ref", reference, Status.OK), ProbeResult("cand", candidate, Status.OK)
     paired = together(ref, cand)
     ratios = []
-    for i in range(ROUNDS):
+    for i in range(ROUNDS if paired else ROUNDS_IN_TURN):
         specs = [ProbeSpec(id=f"{side}{i + 1}", workload=str(info.path), settings=settings, device="cpu",
                            protocol=REMEASURE) for side, settings in (("ref", reference), ("cand", candidate))]
         if paired:  # the side that moves first takes zygote slot 0, as analyze's duels do
@@ -114,7 +117,7 @@ def bench(name: str, out: Path) -> dict:
     base = grid.baseline.settings
     grid_best = fastest(grid.probes)
     first, second = runs[0].recommended.settings, runs[1].recommended.settings
-    print(f"== {name}: re-measuring the grid's best against the planner's, {ROUNDS} rounds", flush=True)
+    print(f"== {name}: re-measuring the grid's best against the planner's", flush=True)
     planner_vs_grid = remeasure(path, grid_best.settings, first, out / stem / "remeasure")
     repeat = remeasure(path, first, second, out / stem / "remeasure") if second != first else None
     grid_s, planner_s = grid.document["budget"]["used_s"], runs[0].document["budget"]["used_s"]

@@ -17,15 +17,25 @@ import pytest
 from tune_advisor.probe import lockstep
 from tune_advisor.probe.spec import ProbeSpec, Protocol
 
-# A child that measures like probe/child.py: one "step" (a short sleep) per baton, then its report to a file.
-# A step number to fail at: positive exits with code 3 (a crash), negative hangs (a stuck step).
+# A child that measures like probe/child.py: a warm-up of WARM_S once the parent says begin, one "step" (a short
+# sleep) per baton, then its report to a file. A step number to fail at: positive exits with code 3 (a crash),
+# negative hangs (a stuck step), "warmup" exits with code 3 during the warm-up.
 CHILD = """
 import json, os, sys, time
-from tune_advisor.probe.lockstep import Baton
+from tune_advisor.probe.lockstep import Baton, LockstepError
 
-paths, step_s, fail_at, report = json.loads(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+paths, step_s, fail_at, report = json.loads(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4]
 baton = Baton(paths, 30)
-n = 0
+try:
+    baton.begin()
+except LockstepError as exc:
+    with open(report, "w") as f:
+        json.dump({"error": str(exc)}, f)
+    sys.exit(1)
+time.sleep(float(sys.argv[5]))
+if fail_at == "warmup":
+    os._exit(3)
+fail_at, n = int(fail_at), 0
 while baton.wait():
     n += 1
     if n == fail_at:
@@ -36,6 +46,7 @@ with open(report, "w") as f:
     json.dump(baton.report(), f)
 """
 STEP_S = 0.002
+WARM_S = 0.05
 
 
 class FakeProbe:
@@ -58,7 +69,8 @@ def conduct(tmp_path: Path, protocol: Protocol, first: int = 0, fail_at=(0, 0), 
         channels.append(lockstep._Channel(tmp_path, name))
         spec = ProbeSpec(id=name, workload="", settings={"num_workers": 0}, protocol=protocol, timeout_s=timeout_s)
         proc = subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(channels[-1].paths), str(STEP_S),
-                                 str(fail_at[side]), str(tmp_path / f"{name}.json")], start_new_session=True)
+                                 str(fail_at[side]), str(tmp_path / f"{name}.json"), str(WARM_S)],
+                                start_new_session=True)
         probes.append(FakeProbe(spec, proc))
     pair = lockstep._Pair(probes, channels)
     started = time.monotonic()
@@ -104,6 +116,20 @@ def test_two_children_take_turns_a_b_b_a_and_stop_together(tmp_path, protocol, s
     # AND both were told to stop and exited by themselves, having waited for each other
     assert [p.proc.returncode for p in probes] == [0, 0]
     assert reports["a"]["waited_s"] > 0 and reports["b"]["waited_s"] > 0
+    # AND they warmed up one at a time, a first: two warm-ups at once would oversubscribe the cores
+    warm_a, warm_b = reports["a"]["warm_span"], reports["b"]["warm_span"]
+    assert warm_a[1] - warm_a[0] >= WARM_S and warm_b[1] - warm_b[0] >= WARM_S
+    assert warm_a[1] <= warm_b[0] and warm_b[1] <= min(start for start, _ in reports["a"]["spans"])
+
+
+def test_a_child_that_dies_warming_up_ends_the_pair_and_the_other_never_begins(tmp_path):
+    # GIVEN a pair whose first child crashes in its warm-up
+    protocol = Protocol(min_steps=50, min_time_s=10, max_steps=100, max_time_s=10)
+    why, probes, reports, took = conduct(tmp_path, protocol, fail_at=("warmup", 0))
+    # THEN the pair ends at once, naming it, and the other child, told to stop before it began, fails saying so
+    assert why == "a ended" and took < 10
+    assert probes[0].proc.returncode == 3 and probes[1].proc.returncode == 1
+    assert "other side of the lockstep pair ended first" in reports["b"]["error"]
 
 
 def test_a_child_that_crashes_mid_round_ends_it_and_the_other_stops_cleanly(tmp_path):
@@ -209,3 +235,15 @@ def test_a_ratio_settles_when_it_is_precise_or_clearly_away_from_one():
     assert not lockstep.ratio_settled(a[:10], same[:10], 1)  # ±10% jitter: 10 steps cannot pin it to ±4%
     assert lockstep.ratio_settled(a, same, 1)  # 400 can
     assert lockstep.ratio_settled(a[:10], slower[:10], 1)  # 1.5x is clear of 1 after 10
+
+
+def test_a_ratio_of_steps_with_varying_work_settles_per_item():
+    # GIVEN batches whose token counts vary 3x, unaligned between the sides (other batch sizes), and a candidate
+    # 1.2x slower per token
+    rng = np.random.default_rng(1)
+    tokens = [list(rng.integers(100, 300, 30).astype(float)) for _ in range(2)]
+    a = [1e-4 * n for n in tokens[0]]
+    b = [1.2e-4 * n for n in tokens[1]]
+    # THEN step times alone cannot tell; time per token can
+    assert not lockstep.ratio_settled(a, b, 1)
+    assert lockstep.ratio_settled(a, b, 1, items=tokens)

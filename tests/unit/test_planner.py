@@ -291,6 +291,30 @@ def test_a_loader_still_waiting_for_data_keeps_climbing_past_a_dip():
     assert outcome.recommended.settings["num_workers"] == 32
 
 
+def test_a_loader_bound_rung_screened_in_a_slow_moment_earns_a_duel_that_a_compute_knob_would_not():
+    # GIVEN a loader-bound pipeline where 4 workers are truly 15% faster than 2, but the 4-worker screening probe
+    # ran in a slow moment (0.7x: it measured 0.8x of 2), and bf16 likewise 15% faster, screened at 0.8x
+    rates = {0: (300, 0.95), 1: (500, 0.6), 2: (800, 0.5), 4: (920, 0.45), 8: (920, 0.45)}
+
+    def rate(s):
+        r, wait = rates[s["num_workers"]]
+        return {"rate": r * (1.15 if s["amp"] == "bf16" else 1.0), "wait": wait}
+
+    def moment(s, role):
+        return 0.7 if role in ("ladder:num_workers", "knob:amp") and (s["num_workers"] == 4 or s["amp"] == "bf16") \
+            else 1.0
+
+    outcome, runner = run_plan(rate, workload=MLP, search={"batch_size": [16], "num_workers": [0, 1, 2, 4, 8]},
+                               device=CPU_AMP_ONLY, moment=moment, lockstep=True)
+    # THEN the 4-worker rung, under DUEL_FROM but over LOADER_DUEL_FROM, was measured again and kept
+    assert outcome.recommended.settings["num_workers"] >= 4
+    dueled = {p.settings["num_workers"] for p in outcome.probes if p.role == "recheck"}
+    assert 4 in dueled
+    # AND bf16, screened as low but not a loader rung, was dropped without a duel
+    assert outcome.recommended.settings["amp"] == "off"
+    assert not [p for p in outcome.probes if p.role == "recheck" and p.settings["amp"] == "bf16"]
+
+
 def test_a_gain_made_by_a_fast_moment_of_the_machine_is_rejected_by_a_lockstep_duel():
     # GIVEN bf16 no faster at all, but its probe on its own ran in a fast moment of the machine (1.3x)
     outcome, runner = run_plan(lambda s: 1000.0, workload=MLP, search={"batch_size": [16]}, device=CPU_AMP_ONLY,

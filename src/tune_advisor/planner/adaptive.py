@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import knobs
 from ..probe.result import ProbeResult
-from .session import MIN_GAIN, PlanContext, Planner, Session
+from .session import DUEL_FROM, LOADER_DUEL_FROM, MIN_GAIN, PlanContext, Planner, Session
 
 MIN_DATA_WAIT = 0.03  # below this share of the step spent waiting for data, more loader workers cannot pay MIN_GAIN
 MIN_COPY_SHARE = 0.03  # likewise for host-to-device copies and pinned memory
@@ -290,7 +290,8 @@ class AdaptivePlanner(Planner):
                     self._set_frontier(previous, value, self._failure(result), best is previous, previous_gain)
                 self.notes.append(f"{name} ladder stopped at {name}={value}: {self._failure(result)}")
                 break
-            if self.session.beats(best, result):
+            loader_bound = name == "num_workers" and (best.data_wait_frac() or 0.0) >= LOADER_BOUND
+            if self.session.beats(best, result, LOADER_DUEL_FROM if loader_bound else DUEL_FROM):
                 best, stale = result, 0
             else:
                 stale += 1

@@ -21,6 +21,9 @@ MIN_GAIN = 0.03  # a change must beat its reference by 3% (and its ratio CI must
 # measured in lockstep (Session.duel) does. Below DUEL_FROM the change is dropped; from CLEAR_GAIN (the ratio CI's
 # low end) it is kept without one, as no swing of the machine makes that much.
 DUEL_FROM = 0.9
+# A loader-bound pipeline is bursty: its 3 s screening probes swing further (augment_cpu: 3 and 4 loader workers
+# screened at 0.81x and 0.89x of 2, where the grid's probes of 2 to 8 workers lie within 15% of each other).
+LOADER_DUEL_FROM = 0.75
 CLEAR_GAIN = 1.5
 MAX_DUELS = 3  # per comparison: a gain still inconclusive after a duel earns another, up to this many
 MIN_RUNS = 3  # runs per side from which their spread, not the steps', measures the noise (duels in turn add them)
@@ -252,15 +255,15 @@ class Session:
     def dueled(self, reference: ProbeResult, candidate: ProbeResult) -> bool:
         return (_key(reference.settings), _key(candidate.settings)) in self._duels
 
-    def beats(self, reference: ProbeResult, candidate: ProbeResult) -> bool:
+    def beats(self, reference: ProbeResult, candidate: ProbeResult, duel_from: float = DUEL_FROM) -> bool:
         """A gain larger than the noise: at least MIN_GAIN, and the ratio's 95% CI excludes 1.
 
-        Separate probes decide only the clear cases (a ratio under DUEL_FROM, or a CI above CLEAR_GAIN). Between
+        Separate probes decide only the clear cases (a ratio under `duel_from`, or a CI above CLEAR_GAIN). Between
         them both are measured again in a duel, together in lockstep where they can be; a gain still promising
         but inconclusive after it (loader-bound probes are bursty) earns another, up to MAX_DUELS, while the
         budget allows. Without the budget for one, the evidence so far decides."""
         median, low, _ = self.gain(reference, candidate)
-        if median != median or median < DUEL_FROM or low >= CLEAR_GAIN:
+        if median != median or median < duel_from or low >= CLEAR_GAIN:
             return median >= 1 + MIN_GAIN and low > 1.0
         for _ in range(MAX_DUELS - len(self._duels.get((_key(reference.settings), _key(candidate.settings)), []))):
             dueled = self.dueled(reference, candidate)

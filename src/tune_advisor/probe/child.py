@@ -252,6 +252,8 @@ def _measure(spec: ProbeSpec, phase: Phase, out: dict[str, Any], workdir: Path |
     from . import apply, lockstep
 
     settings, proto, raw, applied = spec.settings, spec.protocol, out["raw"], out["applied"]
+    baton = lockstep.baton(spec)  # lockstep pairs: the parent hands out the warm-up's turn and every measured step
+    baton.begin()
     ddp = ddp_rank.setup(spec) if spec.distributed else None  # a torchrun rank joins its process group first
     device = ddp.device if ddp else torch.device(spec.device)
     phase("importing the workload file")
@@ -378,7 +380,6 @@ def _measure(spec: ProbeSpec, phase: Phase, out: dict[str, Any], workdir: Path |
     max_steps = max(proto.max_steps, MIN_WAVES_AT_CAP * settings["num_workers"])
 
     phase("measuring")
-    baton = lockstep.baton(spec)  # the gate's lockstep pairs: the parent hands out every measured step
     me = psutil.Process()
     gpu_sampler = NvmlSampler(spec.device)  # a sleeping thread; on the CPU or without NVML it only notes why
     gpu_sampler.start()
@@ -388,7 +389,7 @@ def _measure(spec: ProbeSpec, phase: Phase, out: dict[str, Any], workdir: Path |
     try:
         while baton.wait():  # always true unless in lockstep, where the parent decides when both sides stop
             one_step(step, record=True)
-            baton.done(raw["step_s"][-1])
+            baton.done(raw["step_s"][-1], raw["items"][-1])
             step += 1
             if baton.active:
                 continue

@@ -6,10 +6,15 @@ carries the machine's mood. Two children that alternate single steps see the sam
 The gate's interleaved mode (`gate --against REF`) measures each round this way; docs/ci-gating.md has the numbers.
 
 Protocol, over two FIFOs per child in the probe workdir (their paths are `ProbeSpec.lockstep`):
-    child -> parent, "done" FIFO:  "ready\\n" once its warm-up is over, then "<step seconds>\\n" after each step
-    parent -> child, "go" FIFO:    b"g": run one measured step; b"s": stop measuring (collectors, result, exit)
-The parent hands the baton A B, B A, A B, ... (A B B A: neither side always moves first), stops after a whole
-pair once both sides meet the protocol (min steps, min time, noise) or one hits its cap, and pauses the waiting
+    child -> parent, "done" FIFO:  "ready\\n" once its warm-up is over, then "<step seconds> <items>\\n" after
+                                   each step (items: the step's work, samples or what count_items returns)
+    parent -> child, "go" FIFO:    b"w": begin (build the workload, warm up); b"g": run one measured step;
+                                   b"s": stop (before it began: fail at once; else: collectors, result, exit)
+The sides build and warm up one at a time, the other waiting idle: two warm-ups at once each start torch's
+threads on the same cores, and spinning OpenMP threads then slow both tenfold (lstm_collate's warm-up steps took
+5.9 s instead of 0.3 s). The parent hands the baton A B, B A, A B, ... (A B B A: neither side always moves first),
+stops after a whole pair once both sides meet the protocol (min steps, min time, noise) or one hits its cap, and
+pauses the waiting
 side's process group (SIGSTOP) so that its loader workers cannot prefetch, nor its threads spin, on the other
 side's turn. It never blocks without a deadline: it sleeps in select() on the FIFO and both children's pidfds,
 until the probes' wall-clock limit.
@@ -32,7 +37,7 @@ from . import runner
 from .result import ProbeResult
 from .spec import ProbeSpec
 
-GO, STOP = b"g", b"s"
+BEGIN, GO, STOP = b"w", b"g", b"s"
 READY = "ready"
 POLL_S = 0.25  # liveness checks without pidfds (not Linux >= 5.3)
 
@@ -50,10 +55,13 @@ class NoBaton:
     active = False
     idle_s = 0.0
 
+    def begin(self) -> None:
+        pass
+
     def wait(self) -> bool:
         return True
 
-    def done(self, step_s: float) -> None:
+    def done(self, step_s: float, items: float = 1.0) -> None:
         pass
 
     def report(self) -> None:
@@ -76,6 +84,7 @@ class Baton:
         os.set_blocking(self.go, True)
         os.set_blocking(self.out, True)
         self.timeout_s = timeout_s
+        self.begun: float | None = None  # begin() returned: this side's turn to build and warm up
         self.began: float | None = None  # the first wait(): the warm-up is over
         self.ready_wait_s = 0.0  # waiting for the other side's warm-up
         self.waited_s = 0.0  # waiting for the baton between steps
@@ -87,13 +96,21 @@ class Baton:
         """Wall time since the warm-up that was the other side's: measuring time = wall time - idle_s."""
         return time.perf_counter() - self.began - self.busy_s if self.began is not None else 0.0
 
+    def begin(self) -> None:
+        """Wait for this side's turn to build the workload and warm up (the other side is paused meanwhile)."""
+        word = self._read()
+        if word == STOP:
+            raise LockstepError("stopped before it began: the other side of the lockstep pair ended first")
+        if word != BEGIN:
+            raise LockstepError(f"expected the parent's {BEGIN!r}, got {word!r}")
+        self.begun = time.perf_counter()
+
     def wait(self) -> bool:
         first = self.began is None
         if first:
             self.began = time.perf_counter()
             self._send(READY)
-        ready, _, _ = select.select([self.go], [], [], self.timeout_s)
-        word = os.read(self.go, 1) if ready else None
+        word = self._read()
         now = time.perf_counter()
         if first:
             self.ready_wait_s = now - self.began
@@ -104,20 +121,28 @@ class Baton:
             return True
         if word == STOP:
             return False
-        if word is None:
-            raise LockstepError(f"no baton from the gate's parent process within {self.timeout_s:g} s")
-        raise LockstepError("the gate's parent process closed the lockstep channel")
+        raise LockstepError(f"expected the parent's {GO!r} or {STOP!r}, got {word!r}")
 
-    def done(self, step_s: float) -> None:
+    def done(self, step_s: float, items: float = 1.0) -> None:
         span = self.spans[-1]
         span[1] = time.perf_counter()
         self.busy_s += span[1] - span[0]
-        self._send(repr(float(step_s)))
+        self._send(f"{float(step_s)!r} {float(items)!r}")
 
     def report(self) -> dict:
         return {"steps": len(self.spans), "waited_s": round(self.waited_s, 6),
                 "ready_wait_s": round(self.ready_wait_s, 6),
+                "warm_span": [round(t, 6) if t is not None else None for t in (self.begun, self.began)],
                 "spans": [[round(a, 6), round(b, 6)] for a, b in self.spans]}
+
+    def _read(self) -> bytes:
+        ready, _, _ = select.select([self.go], [], [], self.timeout_s)
+        if not ready:
+            raise LockstepError(f"no baton from the gate's parent process within {self.timeout_s:g} s")
+        word = os.read(self.go, 1)
+        if not word:
+            raise LockstepError("the gate's parent process closed the lockstep channel")
+        return word
 
     def _send(self, line: str) -> None:
         try:
@@ -128,7 +153,7 @@ class Baton:
 
 def baton(spec: ProbeSpec) -> Baton | NoBaton:
     """The child's baton for `spec`: a real one when the gate runs it in lockstep."""
-    return Baton(spec.lockstep, spec.timeout_s) if spec.lockstep else NoBaton()
+    return Baton(spec.lockstep, spec.limit_s) if spec.lockstep else NoBaton()
 
 
 # --- the parent's side ------------------------------------------------------------------------------------------
@@ -183,15 +208,19 @@ class _Pair:
     def conduct(self, first: int) -> str:
         """Run the pair; returns why it stopped: "measured", "<id> ended" (the other side was stopped), "timeout"."""
         steps: list[list[float]] = [[], []]
+        items: list[list[float]] = [[], []]
         try:
-            for side in (0, 1):
+            for side in (0, 1):  # one at a time (see the module's docstring); side 1 waits, idle, in begin()
+                os.write(self.channels[side].go, BEGIN)
                 if self._receive(side) != READY:
                     raise ValueError(f"{self.probes[side].spec.id}: expected {READY!r} from the child")
                 self._signal(side, signal.SIGSTOP)
             order = (first, 1 - first)
-            while not self._enough(steps):
+            while not self._enough(steps, items):
                 for side in order:
-                    steps[side].append(self._step(side))
+                    step_s, work = self._step(side)
+                    steps[side].append(step_s)
+                    items[side].append(work)
                 order = order[::-1]
         except _Ended as ended:
             for side in (0, 1):
@@ -210,18 +239,19 @@ class _Pair:
             if fd is not None:
                 os.close(fd)
 
-    def _step(self, side: int) -> float:
+    def _step(self, side: int) -> tuple[float, float]:
+        """One measured step of `side`: (its seconds, its items)."""
         self._signal(side, signal.SIGCONT)
         os.write(self.channels[side].go, GO)
-        step_s = float(self._receive(side))
+        step_s, items = self._receive(side).split()
         self._signal(side, signal.SIGSTOP)
-        return step_s
+        return float(step_s), float(items)
 
     def _stop(self, side: int) -> None:
         self._signal(side, signal.SIGCONT)
         os.write(self.channels[side].go, STOP)  # buffered in the FIFO even if the child has exited
 
-    def _enough(self, steps: list[list[float]]) -> bool:
+    def _enough(self, steps: list[list[float]], items: list[list[float]] | None = None) -> bool:
         """After a whole pair: stop at a cap, or when both sides meet the protocol (min steps, min time, noise)."""
         n, proto = len(steps[0]), self.protocol
         if n == 0:
@@ -232,7 +262,7 @@ class _Pair:
         if n < proto.min_steps or min(measured) < proto.min_time_s:
             return False
         if self.noise == "ratio":
-            return ratio_settled(steps[0], steps[1], max(self.waves))
+            return ratio_settled(steps[0], steps[1], max(self.waves), items=items)
         return all(wave_noise(s, wave) <= proto.noise_bar for s, wave in zip(steps, self.waves))
 
     def _receive(self, side: int) -> str:
@@ -264,15 +294,23 @@ class _Pair:
 RATIO_PRECISION = 0.04  # duels stop once the 95% CI of the step-time ratio is this narrow, or clear of 1 by this
 
 
-def ratio_settled(a: Sequence[float], b: Sequence[float], wave: int, precision: float = RATIO_PRECISION) -> bool:
-    """Whether the ratio of the two sides' step times is known well enough: the 95% CI of its geometric mean over
-    loader waves of `wave` steps is within ±`precision`, or wholly more than `precision` away from 1. The
-    moments both sides shared cancel in each ratio; what is left is each step's own jitter, which averages out."""
+def ratio_settled(a: Sequence[float], b: Sequence[float], wave: int, precision: float = RATIO_PRECISION,
+                  items: Sequence[Sequence[float]] | None = None) -> bool:
+    """Whether the ratio of the two sides' step times (per item, given the steps' `items`: batches of tokens
+    vary) is known well enough: the 95% CI of its geometric mean over loader waves of `wave` steps is within
+    ±`precision`, or wholly more than `precision` away from 1. The moments both sides shared cancel in each
+    ratio; what is left is each step's own jitter, which averages out."""
     n_waves = min(len(a), len(b)) // max(1, wave)
     if n_waves < 4:
         return False
     span = n_waves * max(1, wave)
-    sums = [np.asarray(x[:span], dtype=float).reshape(n_waves, -1).sum(axis=1) for x in (a, b)]
+
+    def per_wave(x: Sequence[float]) -> np.ndarray:
+        return np.asarray(x[:span], dtype=float).reshape(n_waves, -1).sum(axis=1)
+
+    sums = [per_wave(a), per_wave(b)]
+    if items is not None:
+        sums = [t / np.maximum(per_wave(n), 1e-12) for t, n in zip(sums, items)]
     logs = np.log(sums[1] / sums[0])
     half = 1.96 * logs.std(ddof=1) / np.sqrt(n_waves)
     return bool(half <= np.log1p(precision) or abs(logs.mean()) - half > np.log1p(precision))
