@@ -75,10 +75,9 @@ def remeasure(path: Path, reference: dict, candidate: dict, workdir: Path) -> di
     for i in range(ROUNDS if paired else ROUNDS_IN_TURN):
         specs = [ProbeSpec(id=f"{side}{i + 1}", workload=str(info.path), settings=settings, device="cpu",
                            protocol=REMEASURE) for side, settings in (("ref", reference), ("cand", candidate))]
-        if paired:  # the side that moves first takes zygote slot 0, as analyze's duels do
-            order = (0, 1) if i % 2 == 0 else (1, 0)
-            done = lockstep.run_pair([specs[k] for k in order], workdir, ["ref", "cand"], noise="ratio")
-            results = [done[order.index(0)], done[order.index(1)]]
+        if paired:  # as analyze's duels: who moves first alternates, and takes zygote slot 0
+            results = lockstep.run_pair(specs, workdir, ["ref", "cand"], first=i % 2, noise="ratio",
+                                        first_takes_slot0=True)
         else:
             order = (0, 1) if i % 2 == 0 else (1, 0)
             ran = {k: run_probe(specs[k], workdir) for k in order}

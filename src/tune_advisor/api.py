@@ -273,9 +273,8 @@ def analyze(path: str | Path, *, out: str | Path | None = None, device: str = "a
                 # one protocol and one limit for both: the budget left was read twice, microseconds apart
                 specs[1] = replace(specs[1], protocol=specs[0].protocol, budget_left_s=specs[0].budget_left_s)
                 roles = [job[2] for job in jobs]
-                if first == 1:  # the side that moves first takes zygote slot 0: both biases, if any, flip together
-                    return lockstep.run_pair(specs[::-1], out_dir / "probes", roles[::-1], noise="ratio")[::-1]
-                return lockstep.run_pair(specs, out_dir / "probes", roles, noise="ratio")
+                return lockstep.run_pair(specs, out_dir / "probes", roles, first=first, noise="ratio",
+                                         first_takes_slot0=True)
 
             runner.pair = pair
             runner.pair_memory_bytes = pair_memory(device, memory_budget)

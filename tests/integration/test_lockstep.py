@@ -75,9 +75,9 @@ def test_a_pair_measures_both_sides_in_strict_turns(tmp_path):
     # AND each child's measuring time is its own steps, not its partner's turns
     for r in results:
         assert sum(r.step_s) <= r.extra["measured_wall_s"] < sum(r.step_s) + 0.5 * r.extra["lockstep"]["waited_s"]
-    # AND the reference built its workload and warmed up first, then the candidate, never both at once
+    # AND the candidate, moving first, built its workload and warmed up first, then the reference, never both at once
     (r_from, r_to), (c_from, c_to) = (r.extra["lockstep"]["warm_span"] for r in results)
-    assert r_from < r_to <= c_from < c_to <= min(a for r in results for a, _ in r.extra["lockstep"]["spans"])
+    assert c_from < c_to <= r_from < r_to <= min(a for r in results for a, _ in r.extra["lockstep"]["spans"])
 
 
 def test_a_side_that_crashes_mid_round_ends_it_with_its_status(tmp_path, spawned):

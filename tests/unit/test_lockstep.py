@@ -116,10 +116,10 @@ def test_two_children_take_turns_a_b_b_a_and_stop_together(tmp_path, protocol, s
     # AND both were told to stop and exited by themselves, having waited for each other
     assert [p.proc.returncode for p in probes] == [0, 0]
     assert reports["a"]["waited_s"] > 0 and reports["b"]["waited_s"] > 0
-    # AND they warmed up one at a time, a first: two warm-ups at once would oversubscribe the cores
-    warm_a, warm_b = reports["a"]["warm_span"], reports["b"]["warm_span"]
-    assert warm_a[1] - warm_a[0] >= WARM_S and warm_b[1] - warm_b[0] >= WARM_S
-    assert warm_a[1] <= warm_b[0] and warm_b[1] <= min(start for start, _ in reports["a"]["spans"])
+    # AND they warmed up one at a time, the first mover first: two warm-ups at once would oversubscribe the cores
+    (start_1, end_1), (start_2, end_2) = (reports[side]["warm_span"] for side in (a, b))
+    assert end_1 - start_1 >= WARM_S and end_2 - start_2 >= WARM_S
+    assert end_1 <= start_2 and end_2 <= min(start for start, _ in reports[a]["spans"])
 
 
 def test_a_child_that_dies_warming_up_ends_the_pair_and_the_other_never_begins(tmp_path):
@@ -247,3 +247,36 @@ def test_a_ratio_of_steps_with_varying_work_settles_per_item():
     # THEN step times alone cannot tell; time per token can
     assert not lockstep.ratio_settled(a, b, 1)
     assert lockstep.ratio_settled(a, b, 1, items=tokens)
+
+
+@pytest.mark.parametrize("first, first_takes_slot0, slots", [
+    (0, False, [0, 1]), (1, False, [0, 1]),  # the gate: reference in slot 0, whoever moves first
+    (0, True, [0, 1]), (1, True, [1, 0]),  # the planner's duels: the first mover takes slot 0
+])
+def test_which_zygote_slot_each_side_forks_from(tmp_path, monkeypatch, first, first_takes_slot0, slots):
+    from tune_advisor.probe import runner
+    from tune_advisor.probe.result import ProbeResult, Status
+
+    started = []
+
+    class Conducted:
+        def __init__(self, probes, channels, noise):
+            pass
+
+        def conduct(self, first):
+            return "measured"
+
+        def close(self):
+            pass
+
+    def start_probe(spec, workdir, role, slot=0):
+        started.append((spec.id, slot))
+        return SimpleNamespace(spec=spec)
+
+    monkeypatch.setattr(lockstep, "_Pair", Conducted)
+    monkeypatch.setattr(runner, "start_probe", start_probe)
+    monkeypatch.setattr(runner, "finish_probe", lambda probe: ProbeResult(probe.spec.id, {}, Status.OK))
+    specs = [ProbeSpec(id=name, workload="w.py", settings={}) for name in ("ref", "cand")]
+    results = lockstep.run_pair(specs, tmp_path, ["r", "c"], first=first, first_takes_slot0=first_takes_slot0)
+    assert started == [("ref", slots[0]), ("cand", slots[1])]
+    assert [r.extra["lockstep"]["first"] for r in results] == [first == 0, first == 1]

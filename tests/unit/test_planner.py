@@ -315,6 +315,23 @@ def test_a_loader_bound_rung_screened_in_a_slow_moment_earns_a_duel_that_a_compu
     assert not [p for p in outcome.probes if p.role == "recheck" and p.settings["amp"] == "bf16"]
 
 
+def test_a_loader_ladder_is_not_ended_by_screens_against_a_baseline_from_a_fast_moment():
+    # GIVEN a loader-bound baseline whose one probe ran in a fast moment (1.5x), so that 1 and 2 workers, no
+    # faster than it really, screen at 0.7x of it; 4 workers are truly twice as fast
+    rates = {0: (400, 0.96), 1: (420, 0.6), 2: (420, 0.6), 4: (800, 0.4), 8: (800, 0.4)}
+
+    def rate(s):
+        r, wait = rates[s["num_workers"]]
+        return {"rate": r, "wait": wait}
+
+    outcome, runner = run_plan(rate, workload=MLP, search={"batch_size": [16], "num_workers": [0, 1, 2, 4, 8]},
+                               device=CPU_AMP_ONLY, moment=lambda s, role: 1.5 if role == "baseline" else 1.0,
+                               lockstep=True)
+    # THEN two rungs dropped by screening alone do not end the ladder: 4 workers were reached and kept
+    assert outcome.recommended.settings["num_workers"] == 4
+    assert any(d.startswith("num_workers ladder: 1 (ok) -> 2 (ok) -> 4 (ok)") for d in outcome.decisions)
+
+
 def test_a_gain_made_by_a_fast_moment_of_the_machine_is_rejected_by_a_lockstep_duel():
     # GIVEN bf16 no faster at all, but its probe on its own ran in a fast moment of the machine (1.3x)
     outcome, runner = run_plan(lambda s: 1000.0, workload=MLP, search={"batch_size": [16]}, device=CPU_AMP_ONLY,
@@ -497,14 +514,15 @@ def test_knobs_option_limits_what_the_planner_explores():
 
 
 def test_exploring_probes_screen_and_no_probe_measures_past_the_budget():
-    from tune_advisor.planner.session import SCREEN_MAX_S, protocol_for
+    from tune_advisor.planner.session import DUEL_MAX_S, SCREEN_MAX_S, protocol_for
     from tune_advisor.probe.spec import Protocol
 
     full = Protocol(min_time_s=1.0, max_time_s=15.0)
-    # exploring probes measure at most SCREEN_MAX_S; the baseline, duels and the confirmation keep the cap
+    # exploring probes measure at most SCREEN_MAX_S, duels DUEL_MAX_S; the baseline and the confirmation keep the cap
     assert protocol_for("ladder:batch_size", full, None).max_time_s == SCREEN_MAX_S
     assert protocol_for("knob:amp", full, None).max_time_s == SCREEN_MAX_S
-    assert protocol_for("baseline", full, None) is full and protocol_for("recheck", full, None) is full
+    assert protocol_for("recheck", full, None).max_time_s == DUEL_MAX_S
+    assert protocol_for("baseline", full, None) is full and protocol_for("confirm:recommended", full, None) is full
     # with 10 s of budget left, half of it; never under the minimum measuring time
     assert protocol_for("confirm:baseline", full, 10.0).max_time_s == 5.0
     assert protocol_for("confirm:baseline", full, 1.0).max_time_s == 1.0

@@ -27,6 +27,14 @@ def relative_iqr(values: Sequence[float]) -> float:
     return iqr(values) / m if m > 0 else float("inf")
 
 
+def wave_sums(values: Sequence[float], wave: int, n_waves: int | None = None) -> np.ndarray:
+    """`values` summed over consecutive loader waves of `wave` steps: the first `n_waves` whole waves (default:
+    all of them)."""
+    wave = max(1, wave)
+    n_waves = len(values) // wave if n_waves is None else n_waves
+    return np.asarray(values[: n_waves * wave], dtype=float).reshape(n_waves, wave).sum(axis=1)
+
+
 def wave_noise(step_times: Sequence[float], wave: int) -> float:
     """IQR/median of step times summed over loader waves of `wave` consecutive steps.
 
@@ -34,12 +42,9 @@ def wave_noise(step_times: Sequence[float], wave: int) -> float:
     step times are then bimodal by design and their IQR says nothing about how stable the throughput is; the sum
     over a wave is what repeats. Needs at least 4 whole waves, else reports infinite noise.
     """
-    wave = max(1, wave)
-    n_waves = len(step_times) // wave
-    if n_waves < 4:
+    if len(step_times) // max(1, wave) < 4:
         return float("inf")
-    sums = np.asarray(step_times[: n_waves * wave], dtype=float).reshape(n_waves, wave).sum(axis=1)
-    return relative_iqr(sums)
+    return relative_iqr(wave_sums(step_times, wave))
 
 
 def _block_resample_sums(items: np.ndarray, times: np.ndarray, rng: np.random.Generator, n_boot: int,

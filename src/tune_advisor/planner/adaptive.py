@@ -26,8 +26,12 @@ WORKER_LADDER = (0, 1, 2, 4, 8, 16, 32, 64)  # when SEARCH does not name num_wor
 # A ladder stops at the first step that gains less than MIN_GAIN, except the loader ladder while its best probe still
 # waits for data this much of the step: throughput over workers is not monotonic there (one worker only moves the
 # loading out of the training process; a middle count can starve the training threads of cores while many more
-# workers, mostly asleep on I/O, pay again), so it stops only after two steps in a row that do not beat the best.
+# workers, mostly asleep on I/O, pay again), so it stops only after two steps in a row that do not beat the best,
+# one of them judged in a duel, or after SCREENED_STALE steps judged by screening alone: a screen compares with
+# the best's one probe, and a fast moment of that probe sank augment_cpu's 1- and 2-worker rungs to 0.72x and
+# 0.70x of the baseline, where another run's duels measured 2 workers 1.65x [1.34, 1.96] faster than it.
 LOADER_BOUND = 0.3
+SCREENED_STALE = 4
 # What compiling adds to a probe, before one has been measured: a small model takes 5-60 s with torch.compile on
 # a 2-core CPU (the C++ compiler runs for every kernel). A compile probe is started only if this much more fits.
 COMPILE_ALLOWANCE_S = 30.0
@@ -271,7 +275,7 @@ class AdaptivePlanner(Planner):
         loader workers while the best probe still waits for data most of the step, two steps in a row that do
         not beat the best. Returns the best probe; a later value replaces an earlier one only when it beats it beyond
         the noise."""
-        s, best, previous, previous_gain, stale = self.session, current, current, None, 0
+        s, best, previous, previous_gain, stale, dueled_stale = self.session, current, current, None, 0, 0
         steps = []
         for i, value in enumerate(values):
             settings = {**current.settings, name: value}
@@ -292,12 +296,14 @@ class AdaptivePlanner(Planner):
                 break
             loader_bound = name == "num_workers" and (best.data_wait_frac() or 0.0) >= LOADER_BOUND
             if self.session.beats(best, result, LOADER_DUEL_FROM if loader_bound else DUEL_FROM):
-                best, stale = result, 0
+                best, stale, dueled_stale = result, 0, 0
             else:
                 stale += 1
+                dueled_stale += s.dueled(best, result)
             step_gain = s.gain(previous, result)[0]  # after beats(): from its lockstep duel when it had one
             if name == "num_workers" and (best.data_wait_frac() or 0.0) >= LOADER_BOUND:
-                stop = stale >= 2  # still loader-bound: one dip is not the end (see LOADER_BOUND)
+                # still loader-bound: one dip is not the end, nor are screens alone (see LOADER_BOUND)
+                stop = stale >= 2 and (dueled_stale >= 1 or stale >= SCREENED_STALE)
             else:
                 stop = step_gain < 1 + MIN_GAIN
             if stop:

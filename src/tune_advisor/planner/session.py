@@ -32,6 +32,11 @@ CONFIRM_ROUNDS = 2  # baseline and winner measured together in lockstep, twice (
 # longer buys little. A noisy one, on a machine whose speed swings, would otherwise run to its cap.
 SCREEN_MAX_S = 3.0
 SCREENING_ROLES = ("knob:", "ladder:", "bisect:")
+# A duel's probes measure at most this long: a lockstep ratio that can settle does so in a second or two, and a
+# duel in turn adds one run to each side's runs, whose spread measures the noise (a loader-bound probe would
+# otherwise extend to its cap: io_bound's 16 against 32 workers took 6.0 + 9.8 s).
+DUEL_MAX_S = 4.0
+DUEL_ROLE = "recheck"
 CONFIRM_RESERVE = 2 * CONFIRM_ROUNDS  # probes kept back from the budget for the confirmation
 # The confirmation may run this far past --budget (the contract is "within 10%"): it is what the recommendation
 # rests on, and its probes' wall times vary with the machine's speed. Exploring probes stop where it must begin.
@@ -172,7 +177,7 @@ class Session:
         self._by_settings.setdefault(key, result)
         return result
 
-    def duel(self, reference: ProbeResult, candidate: ProbeResult, roles: tuple[str, str] = ("recheck", "recheck"),
+    def duel(self, reference: ProbeResult, candidate: ProbeResult, roles: tuple[str, str] = (DUEL_ROLE, DUEL_ROLE),
              first: int = 0) -> tuple[ProbeResult, ProbeResult]:
         """Measure both settings again, together in lockstep, step by step (`runner.pair`: probe/lockstep.py), so
         both see the same moments of the machine; one after the other where the runner cannot (DDP, --executor
@@ -305,12 +310,14 @@ def together(a: ProbeResult, b: ProbeResult) -> bool:
 
 
 def protocol_for(role: str, protocol: Protocol, left_s: float | None) -> Protocol:
-    """The measurement protocol of a probe of `role`: screening probes measure at most SCREEN_MAX_S, and every
-    probe stops extending its measurement in time to leave a result within `left_s` (what is left of the
-    budget for it)."""
+    """The measurement protocol of a probe of `role`: screening probes measure at most SCREEN_MAX_S, a duel's
+    at most DUEL_MAX_S, and every probe stops extending its measurement in time to leave a result within
+    `left_s` (what is left of the budget for it)."""
     cap = protocol.max_time_s
     if role.startswith(SCREENING_ROLES):
         cap = min(cap, SCREEN_MAX_S)
+    elif role == DUEL_ROLE:
+        cap = min(cap, DUEL_MAX_S)
     if left_s is not None:
         cap = min(cap, left_s / 2)
     cap = max(protocol.min_time_s, cap)

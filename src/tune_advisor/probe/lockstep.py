@@ -32,7 +32,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..analysis.stats import wave_noise
+from ..analysis.stats import wave_noise, wave_sums
 from . import runner
 from .result import ProbeResult
 from .spec import ProbeSpec
@@ -210,12 +210,12 @@ class _Pair:
         steps: list[list[float]] = [[], []]
         items: list[list[float]] = [[], []]
         try:
-            for side in (0, 1):  # one at a time (see the module's docstring); side 1 waits, idle, in begin()
-                os.write(self.channels[side].go, BEGIN)
+            order = (first, 1 - first)
+            for side in order:  # one at a time (see the module's docstring), the first mover first; the other
+                os.write(self.channels[side].go, BEGIN)  # waits, idle, in begin()
                 if self._receive(side) != READY:
                     raise ValueError(f"{self.probes[side].spec.id}: expected {READY!r} from the child")
                 self._signal(side, signal.SIGSTOP)
-            order = (first, 1 - first)
             while not self._enough(steps, items):
                 for side in order:
                     step_s, work = self._step(side)
@@ -303,28 +303,25 @@ def ratio_settled(a: Sequence[float], b: Sequence[float], wave: int, precision: 
     n_waves = min(len(a), len(b)) // max(1, wave)
     if n_waves < 4:
         return False
-    span = n_waves * max(1, wave)
-
-    def per_wave(x: Sequence[float]) -> np.ndarray:
-        return np.asarray(x[:span], dtype=float).reshape(n_waves, -1).sum(axis=1)
-
-    sums = [per_wave(a), per_wave(b)]
+    sums = [wave_sums(a, wave, n_waves), wave_sums(b, wave, n_waves)]
     if items is not None:
-        sums = [t / np.maximum(per_wave(n), 1e-12) for t, n in zip(sums, items)]
+        sums = [t / np.maximum(wave_sums(n, wave, n_waves), 1e-12) for t, n in zip(sums, items)]
     logs = np.log(sums[1] / sums[0])
     half = 1.96 * logs.std(ddof=1) / np.sqrt(n_waves)
     return bool(half <= np.log1p(precision) or abs(logs.mean()) - half > np.log1p(precision))
 
 
 def run_pair(specs: Sequence[ProbeSpec], workdir: Path, roles: Sequence[str], first: int = 0,
-             noise: str = "each") -> list[ProbeResult]:
+             noise: str = "each", first_takes_slot0: bool = False) -> list[ProbeResult]:
     """Measure two probes in lockstep and return both results, in the order of `specs`.
 
     `first` is the side that takes the first measured step. `noise` says when the measurement is steady enough
     to stop: "each" side's own step times within the protocol's noise bar (the gate, which reports each side's
     level), or the "ratio" of the two sides' step times known well enough (`ratio_settled`: the planner's duels,
     which need only the ratio; a machine swinging between speed states moves both sides alike, so the ratio
-    settles long before either side does). Each result is built as `runner.run_probe` builds it;
+    settles long before either side does). Each side forks from a probe zygote of its own: side 0 from slot 0,
+    or, with `first_takes_slot0` (the planner's duels, which alternate `first`), the side that moves first, so
+    that a bias of either zygote flips with the order. Each result is built as `runner.run_probe` builds it;
     `extra.lockstep` adds the child's steps, waiting time and step spans, and why the pair stopped. A side that
     fails keeps its status; the other is stopped cleanly and keeps the steps it measured.
     """
@@ -335,10 +332,11 @@ def run_pair(specs: Sequence[ProbeSpec], workdir: Path, roles: Sequence[str], fi
     probes: list[runner.Started] = []
     pair = None
     try:
-        for slot, (spec, role) in enumerate(zip(specs, roles)):
+        for side, (spec, role) in enumerate(zip(specs, roles)):
+            slot = (side - first) % 2 if first_takes_slot0 else side
             channels.append(_Channel(workdir, spec.id))
             spec = dataclasses.replace(spec, lockstep=channels[-1].paths)
-            probes.append(runner.start_probe(spec, workdir, role, slot=slot))  # one zygote each: both run at once
+            probes.append(runner.start_probe(spec, workdir, role, slot=slot))  # a zygote each: both forked at once
         pair = _Pair(probes, channels, noise)
         why = pair.conduct(first)
     except BaseException:  # Ctrl-C or a fault of ours: leave nothing running behind us
