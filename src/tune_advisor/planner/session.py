@@ -18,8 +18,8 @@ from ..probe.spec import Protocol
 MIN_GAIN = 0.03  # a change must beat its reference by 3% (and its ratio CI must exclude 1) to be kept
 # Separate probes a few seconds apart can run in different speed states of the machine (this 2-core VM swings about
 # 30% for seconds at a time), so their ratio alone does not decide a change between these bounds: a probe pair
-# measured in lockstep (Session.duel) does. Below DUEL_FROM the change is dropped; from CLEAR_GAIN (the ratio CI's
-# low end) it is kept without one, as no swing of the machine makes that much.
+# measured in lockstep (Session.duel) does. Below DUEL_FROM the change is dropped; from a median of CLEAR_GAIN it
+# is kept without one, if its CI also clears the minimum gain: no swing of the machine makes that much.
 DUEL_FROM = 0.9
 # A loader-bound pipeline is bursty: its 3 s screening probes swing further (augment_cpu: 3 and 4 loader workers
 # screened at 0.81x and 0.89x of 2, where the grid's probes of 2 to 8 workers lie within 15% of each other).
@@ -263,12 +263,12 @@ class Session:
     def beats(self, reference: ProbeResult, candidate: ProbeResult, duel_from: float = DUEL_FROM) -> bool:
         """A gain larger than the noise: at least MIN_GAIN, and the ratio's 95% CI excludes 1.
 
-        Separate probes decide only the clear cases (a ratio under `duel_from`, or a CI above CLEAR_GAIN). Between
+        Separate probes decide only the clear cases (a ratio under `duel_from`, or from CLEAR_GAIN). Between
         them both are measured again in a duel, together in lockstep where they can be; a gain still promising
         but inconclusive after it (loader-bound probes are bursty) earns another, up to MAX_DUELS, while the
         budget allows. Without the budget for one, the evidence so far decides."""
         median, low, _ = self.gain(reference, candidate)
-        if median != median or median < duel_from or low >= CLEAR_GAIN:
+        if median != median or median < duel_from or (median >= CLEAR_GAIN and low >= 1 + MIN_GAIN):
             return median >= 1 + MIN_GAIN and low > 1.0
         for _ in range(MAX_DUELS - len(self._duels.get((_key(reference.settings), _key(candidate.settings)), []))):
             dueled = self.dueled(reference, candidate)
