@@ -332,6 +332,22 @@ def test_a_loader_ladder_is_not_ended_by_screens_against_a_baseline_from_a_fast_
     assert any(d.startswith("num_workers ladder: 1 (ok) -> 2 (ok) -> 4 (ok)") for d in outcome.decisions)
 
 
+def test_a_value_reached_by_a_chain_of_wins_is_kept_only_if_it_beats_the_start(monkeypatch):
+    # GIVEN comparisons where each worker count beats the one just below it, and nothing else wins (noise adding
+    # up over a chain of wins: no single comparison shows the end better than the start)
+    def beats(self, reference, candidate, duel_from=0.9):
+        return candidate.settings["num_workers"] == reference.settings["num_workers"] + 1
+
+    monkeypatch.setattr(Session, "beats", beats)
+    outcome, runner = run_plan(lambda s: {"rate": 1000.0, "wait": 0.9}, workload=MLP, device=CPU_AMP_ONLY,
+                               search={"batch_size": [16], "num_workers": [0, 1, 2, 3], "amp": ["off"]})
+    # THEN the ladder walked to 3 workers, but 3 was not kept over the start, and the notes say why
+    assert any(d.startswith("num_workers ladder: 1 (ok) -> 2 (ok) -> 3 (ok)") for d in outcome.decisions)
+    assert any(d.startswith("num_workers: num_workers=3 beat the values before it, but not the start")
+               for d in outcome.decisions)
+    assert outcome.recommended.settings["num_workers"] == 0
+
+
 def test_a_gain_made_by_a_fast_moment_of_the_machine_is_rejected_by_a_lockstep_duel():
     # GIVEN bf16 no faster at all, but its probe on its own ran in a fast moment of the machine (1.3x)
     outcome, runner = run_plan(lambda s: 1000.0, workload=MLP, search={"batch_size": [16]}, device=CPU_AMP_ONLY,
