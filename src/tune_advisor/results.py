@@ -134,6 +134,9 @@ def _shape_problem(document: dict[str, Any]) -> str | None:
             return f"probes[{i}] needs a string 'id' and a 'settings' object"
         if probe.get("status") not in _STATUSES:
             return f"probes[{i}] ({probe['id']}): status {probe.get('status')!r} is not one of {', '.join(_STATUSES)}"
+    for key in ("baseline", "recommended"):  # a probe too, as the summaries read it
+        if isinstance(document.get(key), dict) and not isinstance(document[key].get("settings"), dict):
+            return f"'{key}' needs a 'settings' object"
     return None
 
 

@@ -39,6 +39,11 @@ def test_non_finite_loss_is_written_as_null_not_nan():
     ("{not json", "not a readable results.json"),
     ('{"probes": []}', "no schema_version"),
     ('{"schema_version": 99}', "written by a newer tune-advisor"),
+    # found by Hypothesis in CI: the summaries read the baseline's settings
+    ('{"schema_version": 1, "probes": [], "baseline": {"id": "p001", "settings": null, "status": "ok"}}',
+     "'baseline' needs a 'settings' object"),
+    ('{"schema_version": 1, "probes": [], "recommended": {"id": "p001", "status": "ok"}}',
+     "'recommended' needs a 'settings' object"),
 ])
 def test_unreadable_results_give_clear_errors(tmp_path, content, message):
     path = tmp_path / "results.json"
