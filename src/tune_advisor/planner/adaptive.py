@@ -27,9 +27,9 @@ WORKER_LADDER = (0, 1, 2, 4, 8, 16, 32, 64)  # when SEARCH does not name num_wor
 # waits for data this much of the step: throughput over workers is not monotonic there (one worker only moves the
 # loading out of the training process; a middle count can starve the training threads of cores while many more
 # workers, mostly asleep on I/O, pay again), so it stops only after two steps in a row that do not beat the best,
-# one of them judged in a duel, or after SCREENED_STALE steps judged by screening alone: a screen compares with
-# the best's one probe, and a fast moment of that probe sank augment_cpu's 1- and 2-worker rungs to 0.72x and
-# 0.70x of the baseline, where another run's duels measured 2 workers 1.65x [1.34, 1.96] faster than it.
+# one of them judged in a duel, or after SCREENED_STALE steps judged by screening alone: a screen compares two
+# single probes, each in its own moment of the machine. One augment_cpu run screened 1 and 2 workers at 0.72x and
+# 0.70x of the baseline's probe, where other runs' duels measured 2 workers 1.4-1.65x faster than the baseline.
 LOADER_BOUND = 0.3
 SCREENED_STALE = 4
 # What compiling adds to a probe, before one has been measured: a small model takes 5-60 s with torch.compile on
