@@ -139,3 +139,13 @@ def test_a_killed_analysis_leaves_no_probe_running(tmp_path):
     while holding_the_log() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not holding_the_log()
+
+
+def test_a_loader_fed_probe_measures_whole_epochs(tmp_path):
+    # GIVEN 512 samples in batches of 32 (16-step epochs), two loader workers, and a protocol that could stop
+    # after 3 steps
+    result = probe(WORKLOADS / "tiny_io.py", tmp_path, batch_size=32, num_workers=2)
+    # THEN the window is whole epochs, with one epoch start in each, wherever it began
+    n = len(result.step_s)
+    assert result.status is Status.OK and result.extra["epoch_steps"] == 16
+    assert n % 16 == 0 and len(result.extra["epoch_start_steps"]) == n // 16

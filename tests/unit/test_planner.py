@@ -66,7 +66,8 @@ def test_combines_every_real_gain_and_confirms_it():
     # AND the knobs that could not pay were not probed, with the reason recorded
     assert tried(runner, "num_workers") == [0] and tried(runner, "checkpointing") == [False]
     assert any(d.startswith("num_workers: skipped: the step waits for data only") for d in outcome.decisions)
-    assert any(d.startswith("checkpointing: skipped: no batch size ran out of memory") for d in outcome.decisions)
+    assert any(d.startswith("checkpointing: skipped: throughput stopped growing below the memory limit")
+               for d in outcome.decisions)
 
 
 def test_not_applicable_knobs_are_skipped_with_their_reason_not_run():
@@ -82,10 +83,30 @@ def test_not_applicable_knobs_are_skipped_with_their_reason_not_run():
 def test_batch_ladder_stops_on_a_plateau():
     # GIVEN throughput that doubles from 16 to 32 and is flat after
     outcome, runner = run_plan(lambda s: 1000.0 * min(s["batch_size"], 32) / 16, workload=MLP)
-    # THEN the ladder stops at the first step without a gain
+    # THEN the ladder stops at the second step in a row without a gain
+    assert tried(runner, "batch_size") == [16, 32, 64, 128]
+    assert outcome.recommended.settings["batch_size"] == 32
+    assert any("batch_size=256: past the throughput plateau" in u for u in outcome.unexplored)
+
+
+def test_batch_ladder_stops_at_once_on_a_loss():
+    # GIVEN throughput that doubles from 16 to 32 and falls 10% at 64 (a batch that overflows a cache)
+    outcome, runner = run_plan(lambda s: 1000.0 * (2 if s["batch_size"] == 32 else 1.8 if s["batch_size"] > 32
+                                                   else 1), workload=MLP)
+    # THEN the ladder stops at 64
     assert tried(runner, "batch_size") == [16, 32, 64]
     assert outcome.recommended.settings["batch_size"] == 32
-    assert any("batch_size=128: past the throughput plateau" in u for u in outcome.unexplored)
+
+
+def test_batch_ladder_looks_past_one_flat_step():
+    # GIVEN throughput flat from 32 to 64, then climbing again (lstm_collate: 64 sequences no faster than 32, but
+    # 128 and 256 were)
+    gains = {16: 1.0, 32: 1.5, 64: 1.5, 128: 1.8, 256: 2.0, 512: 2.0, 1024: 2.0}
+    outcome, runner = run_plan(lambda s: 1000.0 * gains[s["batch_size"]], workload=MLP, device=CPU_NO_BF16,
+                               search={"amp": ["off"]})
+    # THEN the ladder goes on past 64 and keeps 256
+    assert outcome.recommended.settings["batch_size"] == 256
+    assert tried(runner, "batch_size") == [16, 32, 64, 128, 256, 512, 1024]
 
 
 def test_oom_frontier_is_bisected_and_recorded():
@@ -180,7 +201,7 @@ def test_worker_ladder_finds_the_knee_of_an_io_bound_loader():
 
     outcome, runner = run_plan(io_rate, workload=MLP, baseline={"batch_size": 4096})
     assert outcome.recommended.settings["num_workers"] == 8  # the first ladder value at the plateau
-    assert tried(runner, "num_workers") == [0, 1, 2, 4, 8, 16]
+    assert tried(runner, "num_workers") == [0, 1, 2, 4, 8, 16, 32]  # two flat steps end it
     assert outcome.speedup["median"] > 5
 
 

@@ -278,10 +278,10 @@ class AdaptivePlanner(Planner):
 
     def _ladder(self, name: str, current: ProbeResult, values: list) -> ProbeResult:
         """Walk `values` of `name` in order on top of `current`. Stops at a failure or the memory budget (recording
-        the frontier), or at the plateau: a step whose median gain over the previous step is below MIN_GAIN; for
-        loader workers while the best probe still waits for data most of the step, two steps in a row that do
-        not beat the best. Returns the best probe; a later value replaces an earlier one only when it beats it beyond
-        the noise."""
+        the frontier), or at the plateau: a step whose median gain over the previous step is below MIN_GAIN, if
+        it lost MIN_GAIN or the step before did not beat the best either; for loader workers while the best probe
+        still waits for data most of the step, two steps in a row that do not beat the best (see LOADER_BOUND).
+        Returns the best probe; a later value replaces an earlier one only when it beats it beyond the noise."""
         s, best, previous, previous_gain, stale, dueled_stale = self.session, current, current, None, 0, 0
         steps = []
         for i, value in enumerate(values):
@@ -311,8 +311,9 @@ class AdaptivePlanner(Planner):
             if name == "num_workers" and (best.data_wait_frac() or 0.0) >= LOADER_BOUND:
                 # still loader-bound: one dip is not the end, nor are screens alone (see LOADER_BOUND)
                 stop = stale >= 2 and (dueled_stale >= 1 or stale >= SCREENED_STALE)
-            else:
-                stop = step_gain < 1 + MIN_GAIN
+            else:  # a flat step ends the ladder if it lost, or the rung before did not win either: one flat step
+                # can be a dip (lstm_collate's batch of 64 was no faster than 32, and 128 and 256 paid again)
+                stop = step_gain < 1 + MIN_GAIN and (stale >= 2 or step_gain < 1 - MIN_GAIN)
             if stop:
                 s.unexplored.extend(f"{name}={v}: past the throughput plateau" for v in values[i + 1:])
                 break

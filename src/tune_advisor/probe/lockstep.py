@@ -8,11 +8,12 @@ The gate's interleaved mode (`gate --against REF`) measures each round this way;
 Protocol, over two FIFOs per child in the probe workdir (their paths are `ProbeSpec.lockstep`):
     child -> parent, "done" FIFO:  "ready\\n" once its warm-up is over, then "<step seconds> <items>\\n" after
                                    each step (items: the step's work, samples or what count_items returns)
-    parent -> child, "go" FIFO:    b"w": begin (build the workload, warm up); b"g": run one measured step;
+    parent -> child, "go" FIFO:    b"w": begin (start the loader, warm up); b"g": run one measured step;
                                    b"s": stop (before it began: fail at once; else: collectors, result, exit)
-The sides build and warm up one at a time, the other waiting idle: two warm-ups at once each start torch's
-threads on the same cores, and spinning OpenMP threads then slow both tenfold (lstm_collate's warm-up steps took
-5.9 s instead of 0.3 s). The parent hands the baton A B, B A, A B, ... (A B B A: neither side always moves first),
+Both sides import and build the workload at once, which is mostly Python (hf_transformer's import of
+transformers takes 2 s), then warm up one at a time, the other waiting idle in begin(): two warm-ups at once each
+start torch's threads on the same cores, and spinning OpenMP threads then slow both tenfold (lstm_collate's
+warm-up steps took 5.9 s instead of 0.3 s). The parent hands the baton A B, B A, A B, ... (A B B A: neither side always moves first),
 stops after a whole pair once both sides meet the protocol (min steps, min time, noise) or one hits its cap, and
 pauses the waiting
 side's process group (SIGSTOP) so that its loader workers cannot prefetch, nor its threads spin, on the other
@@ -84,7 +85,7 @@ class Baton:
         os.set_blocking(self.go, True)
         os.set_blocking(self.out, True)
         self.timeout_s = timeout_s
-        self.begun: float | None = None  # begin() returned: this side's turn to build and warm up
+        self.begun: float | None = None  # begin() returned: this side's turn to warm up
         self.began: float | None = None  # the first wait(): the warm-up is over
         self.ready_wait_s = 0.0  # waiting for the other side's warm-up
         self.waited_s = 0.0  # waiting for the baton between steps
@@ -97,7 +98,7 @@ class Baton:
         return time.perf_counter() - self.began - self.busy_s if self.began is not None else 0.0
 
     def begin(self) -> None:
-        """Wait for this side's turn to build the workload and warm up (the other side is paused meanwhile)."""
+        """Wait for this side's turn to warm up (the other side is paused meanwhile, or still building)."""
         word = self._read()
         if word == STOP:
             raise LockstepError("stopped before it began: the other side of the lockstep pair ended first")
