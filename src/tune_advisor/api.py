@@ -18,7 +18,7 @@ from .collectors import designate, flops
 from . import workload as workload_mod
 from .errors import UsageError, WorkloadError
 from .planner import STRATEGIES, PlanContext, Session, plan
-from .planner.session import protocol_for
+from .planner.session import DUEL_ROLE, protocol_for
 from .probe.result import ProbeResult
 from .render import write_reports
 from .probe import lockstep
@@ -260,7 +260,7 @@ def analyze(path: str | Path, *, out: str | Path | None = None, device: str = "a
             left = None if left is None else max(left, MIN_PROBE_S)
             return ProbeSpec(id=probe_id, workload=str(info.path), settings=settings, device=device,
                              protocol=protocol_for(role, protocol, left), timeout_s=timeout_s, seed=seed,
-                             profile=profiled(role),
+                             profile=profiled(role), count_flops=role != DUEL_ROLE,
                              distributed=layout, budget_left_s=left)
 
         def runner(probe_id: str, settings: dict[str, Any], role: str) -> ProbeResult:

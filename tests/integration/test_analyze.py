@@ -39,6 +39,9 @@ def test_cli_analyze_recommends_loader_workers_for_slow_storage(cli, tmp_path):
     # AND knobs that cannot apply on a CPU are listed with the reason, not silently dropped
     skipped = {p["error"] for p in saved["probes"] if p["status"] == "skipped"}
     assert any("no CUDA device" in reason for reason in skipped)
+    # AND FLOPs are counted once per settings' first probe, not again in a duel's re-measurements
+    for probe in (p for p in saved["probes"] if p["status"] == "ok"):
+        assert probe["extra"]["collectors"]["flops"].startswith("skipped") == (probe["role"] == "recheck")
 
 
 def test_failing_batch_sizes_are_recorded_and_never_recommended(tmp_path):

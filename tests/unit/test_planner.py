@@ -369,6 +369,22 @@ def test_a_value_reached_by_a_chain_of_wins_is_kept_only_if_it_beats_the_start(m
     assert outcome.recommended.settings["num_workers"] == 0
 
 
+def test_a_chain_of_lockstep_wins_is_kept_without_a_duel_of_its_ends():
+    # GIVEN each doubling of the batch 10% faster up to 64, then flat; every screen lands between DUEL_FROM and
+    # CLEAR_GAIN, so each rung is decided in a lockstep duel
+    gains = {16: 1.0, 32: 1.1, 64: 1.21, 128: 1.21, 256: 1.21}
+    outcome, runner = run_plan(lambda s: 1000.0 * gains[s["batch_size"]], workload=MLP, lockstep=True,
+                               search={"batch_size": [16, 32, 64, 128, 256]}, device=CPU_AMP_ONLY,
+                               explore=("batch_size",))
+    # THEN 64 is kept on the chain 16 -> 32 -> 64 of lockstep wins, with no duel of 16 against 64
+    duels = {tuple(p.settings["batch_size"] for p in outcome.probes if p.id in pair and p.role == "recheck")
+             for pair in runner.pairs}
+    assert outcome.recommended.settings["batch_size"] == 64
+    assert (16, 32) in duels and (32, 64) in duels and (16, 64) not in duels
+    kept = next(d for d in outcome.decisions if d.startswith("batch_size: kept"))
+    assert "(1.2" in kept and "over its chain of ladder wins" in kept
+
+
 def test_a_gain_made_by_a_fast_moment_of_the_machine_is_rejected_by_a_lockstep_duel():
     # GIVEN bf16 no faster at all, but its probe on its own ran in a fast moment of the machine (1.3x)
     outcome, runner = run_plan(lambda s: 1000.0, workload=MLP, search={"batch_size": [16]}, device=CPU_AMP_ONLY,

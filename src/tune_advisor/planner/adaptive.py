@@ -96,16 +96,19 @@ class AdaptivePlanner(Planner):
             done.add(name)
             self.visits[name] += 1
             found = self.explore(name, current)
-            if found is not current and not s.beats(current, found):
-                # A ladder keeps each value that beats the one before it; noise can add up over a chain of such
-                # wins (augment_cpu: 2 -> 3 -> 4 workers, each a win, measured 1.02x [0.86, 1.24] over 2 workers).
+            # A ladder keeps each value that beats the one before it; noise can add up over a chain of such wins
+            # (augment_cpu: 2 -> 3 -> 4 workers, each a win, measured 1.02x [0.86, 1.24] over 2 workers). A chain
+            # of lockstep wins whose product clears the noise stands; any other is checked against the start.
+            chain = s.chained_gain(current, found) if found is not current else None
+            chained = chain is not None and chain[0] >= 1 + MIN_GAIN and chain[1] > 1.0
+            if found is not current and not chained and not s.beats(current, found):
                 self.decisions.append(f"{name}: {knobs.describe(found.settings, current.settings)} beat the "
                                       f"values before it, but not the start beyond the noise "
                                       f"({s.describe_gain(current, found)})")
                 found = current
             if found is not current:
                 self.decisions.append(f"{name}: kept {knobs.describe(found.settings, current.settings)} "
-                                      f"({s.describe_gain(current, found)})")
+                                      f"({s.describe_gain(current, found, chained)})")
                 done.difference_update(INTERACTIONS.get(name, ()))
                 current = s.best = found
             else:

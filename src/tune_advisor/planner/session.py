@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+import numpy as np
+
 from .. import knobs
 from ..analysis import parity, stats
 from ..probe.result import ProbeResult, Status
@@ -101,6 +103,8 @@ class Session:
         self.unexplored: list[str] = []
         self._by_settings: dict[tuple, ProbeResult] = {}
         self._duels: dict[tuple, list[tuple[ProbeResult, ProbeResult]]] = {}  # (reference, candidate) keys
+        # candidate key -> (reference key, gain) of each change kept on firm evidence (see chained_gain)
+        self._firm_wins: dict[tuple, tuple[tuple, tuple[float, float, float]]] = {}
         self.baseline: ProbeResult | None = None  # set by the planner; the confirmation's cost is estimated from
         self.best: ProbeResult | None = None  # these two
 
@@ -247,8 +251,8 @@ class Session:
         over the runs (each run's throughput one sample); else over their pooled steps."""
         if not (reference.ok and candidate.ok):
             return float("nan"), float("nan"), float("nan")
-        duels = self._duels.get((_key(reference.settings), _key(candidate.settings)))
-        if duels and all("lockstep" in r.extra for pair in duels for r in pair):
+        duels = self._lockstep(reference, candidate)
+        if duels:
             return pair_ratio(duels, waves=(reference.wave, candidate.wave))
         runs = [[window_rate(p) for p in self.probes if p.ok and p.settings == side.settings]
                 for side in (reference, candidate)]
@@ -269,7 +273,7 @@ class Session:
         budget allows. Without the budget for one, the evidence so far decides."""
         median, low, _ = self.gain(reference, candidate)
         if median != median or median < duel_from or (median >= CLEAR_GAIN and low >= 1 + MIN_GAIN):
-            return median >= 1 + MIN_GAIN and low > 1.0
+            return self._won(reference, candidate)
         for _ in range(MAX_DUELS - len(self._duels.get((_key(reference.settings), _key(candidate.settings)), []))):
             dueled = self.dueled(reference, candidate)
             if dueled and not (median >= 1 + MIN_GAIN and low <= 1.0):
@@ -281,15 +285,53 @@ class Session:
             if not (a.ok and b.ok):
                 break
             median, low, _ = self.gain(reference, candidate)
-        return median >= 1 + MIN_GAIN and low > 1.0
+        return self._won(reference, candidate)
 
-    def describe_gain(self, reference: ProbeResult, candidate: ProbeResult) -> str:
-        median, low, high = self.gain(reference, candidate)
+    def _won(self, reference: ProbeResult, candidate: ProbeResult) -> bool:
+        """Whether the evidence so far shows a gain beyond the noise; a gain shown in lockstep, or a clear one,
+        is remembered as a link for chained_gain."""
+        gain = median, low, _ = self.gain(reference, candidate)
+        won = median >= 1 + MIN_GAIN and low > 1.0
+        if won and (self._lockstep(reference, candidate) or (median >= CLEAR_GAIN and low >= 1 + MIN_GAIN)):
+            self._firm_wins[_key(candidate.settings)] = (_key(reference.settings), gain)
+        return won
+
+    def chained_gain(self, reference: ProbeResult, candidate: ProbeResult) -> tuple[float, float, float] | None:
+        """The gain candidate/reference over a chain of firm wins, reference -> ... -> candidate (a ladder's
+        rungs, each kept in lockstep or by a clear gain), or None without one: the ratios multiply, and the
+        half-widths of their log CIs add in quadrature (the duels are independent measurements). It spares
+        the ladder's start and end a duel of their own (hf_transformer's 8 -> 16 -> 32 tokens' batches had
+        taken one of 11 s)."""
+        links, key, start = [], _key(candidate.settings), _key(reference.settings)
+        while key != start:
+            if key not in self._firm_wins or len(links) >= len(self._firm_wins):
+                return None
+            key, gain = self._firm_wins[key]
+            links.append(gain)
+        if len(links) < 2:
+            return None  # one link is the direct comparison
+        logs = np.log(np.array(links))  # rows: (median, low, high)
+        half = np.sqrt(np.sum(((logs[:, 2] - logs[:, 1]) / 2) ** 2))
+        centre = logs[:, 0].sum()
+        return float(np.exp(centre)), float(np.exp(centre - half)), float(np.exp(centre + half))
+
+    def _lockstep(self, reference: ProbeResult, candidate: ProbeResult) -> list | None:
+        """The lockstep duels of these two, if every one of them ran in lockstep."""
+        duels = self._duels.get((_key(reference.settings), _key(candidate.settings)))
+        return duels if duels and all("lockstep" in r.extra for pair in duels for r in pair) else None
+
+    def describe_gain(self, reference: ProbeResult, candidate: ProbeResult, chained: bool = False) -> str:
+        """The gain with its CI and where it comes from (`chained`: over the chain of firm wins)."""
+        median, low, high = self.chained_gain(reference, candidate) if chained else self.gain(reference, candidate)
         if median != median:
             return f"{candidate.status.value}"
-        duels = self._duels.get((_key(reference.settings), _key(candidate.settings)))
-        lockstep = duels and all("lockstep" in r.extra for pair in duels for r in pair)
-        how = f"in lockstep, {' & '.join(f'{a.id}/{b.id}' for a, b in duels)}" if lockstep else f"over {reference.id}"
+        duels = self._lockstep(reference, candidate)
+        if chained:
+            how = "over its chain of ladder wins, each in lockstep or clear"
+        elif duels:
+            how = f"in lockstep, {' & '.join(f'{a.id}/{b.id}' for a, b in duels)}"
+        else:
+            how = f"over {reference.id}"
         return f"{median:.2f}x [{low:.2f}, {high:.2f}] {how}"
 
     def _record(self, result: ProbeResult) -> None:

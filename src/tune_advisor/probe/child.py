@@ -434,8 +434,11 @@ def _measure(spec: ProbeSpec, phase: Phase, out: dict[str, Any], workdir: Path |
         collectors["flops"] = collectors["profiler"] = "skipped: distributed probe"
         phase("done")
         return
-    phase("counting FLOPs of one step")
-    collectors["flops"] = _collect_flops(spec, out, forward_backward)
+    if spec.count_flops:
+        phase("counting FLOPs of one step")
+        collectors["flops"] = _collect_flops(spec, out, forward_backward)
+    else:
+        collectors["flops"] = "skipped: a re-measurement (the first probe of these settings counted them)"
     if spec.profile:
         phase("profiling extra steps")
         profile_start = time.perf_counter()

@@ -13,12 +13,11 @@ Protocol, over two FIFOs per child in the probe workdir (their paths are `ProbeS
 Both sides import and build the workload at once, which is mostly Python (hf_transformer's import of
 transformers takes 2 s), then warm up one at a time, the other waiting idle in begin(): two warm-ups at once each
 start torch's threads on the same cores, and spinning OpenMP threads then slow both tenfold (lstm_collate's
-warm-up steps took 5.9 s instead of 0.3 s). The parent hands the baton A B, B A, A B, ... (A B B A: neither side always moves first),
-stops after a whole pair once both sides meet the protocol (min steps, min time, noise) or one hits its cap, and
-pauses the waiting
-side's process group (SIGSTOP) so that its loader workers cannot prefetch, nor its threads spin, on the other
-side's turn. It never blocks without a deadline: it sleeps in select() on the FIFO and both children's pidfds,
-until the probes' wall-clock limit.
+warm-up steps took 5.9 s instead of 0.3 s). The parent hands the baton A B, B A, A B, ... (A B B A: neither
+side always moves first), stops after a whole pair once both sides meet the protocol (min steps, min time, noise)
+or one hits its cap, and pauses the waiting side's process group (SIGSTOP) so that its loader workers cannot
+prefetch, nor its threads spin, on the other side's turn. It never blocks without a deadline: it sleeps in
+select() on the FIFO and both children's pidfds, until the probes' wall-clock limit.
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ class ProbeSpec:
     seed: int = 0
     mode: str = "probe"  # "probe" measures; "inspect" loads and checks the workload and reports its facts
     profile: bool = False  # run torch.profiler on a few extra steps after the measured ones (designated probes)
+    count_flops: bool = True  # count one step's FLOPs after the measured ones (not for re-measurements)
     distributed: dict[str, Any] | None = None  # DDP under torchrun: distributed.launch.layout(); None: one process
     # The gate's lockstep pairs (probe/lockstep.py): {"go": FIFO, "done": FIFO}; each measured step waits for the
     # parent's baton, so two children alternate step by step. None: the child measures at its own pace.
