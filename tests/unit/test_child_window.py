@@ -2,23 +2,33 @@
 
 from __future__ import annotations
 
-from tune_advisor.probe.child import EPOCH_ROUNDING_CAP, whole_epochs_pay
+from tune_advisor.probe.child import EPOCH_ROUNDING_CAP, EpochWindow
 
 
 def test_a_window_short_of_an_epoch_boundary_goes_on_to_it():
-    # GIVEN 32 steps measured in 0.5 s of a 64-step epoch, caps of 200 steps and 3 s
-    # THEN the next 32 steps (a projected 1.0 s in all) are worth measuring
-    assert whole_epochs_pay(32, 0.5, 64, 200, 3.0)
-    # and at 64 steps, a whole epoch, it may stop
-    assert not whole_epochs_pay(64, 1.0, 64, 200, 3.0)
+    # GIVEN 64-step epochs, caps of 200 steps and 3 s, and the protocol met after 32 steps in 0.5 s
+    window = EpochWindow(64, 200, 3.0)
+    assert not window.done(False, 31, 0.48)
+    # THEN the next 32 steps (a projected 1.0 s in all) are measured too, even if the protocol wavers meanwhile
+    assert not window.done(True, 32, 0.5) and not window.done(False, 63, 1.0)
+    # AND at 64 steps, a whole epoch, it stops
+    assert window.done(True, 64, 1.02)
 
 
 def test_a_far_epoch_boundary_does_not_extend_the_window():
-    # GIVEN a long epoch: going on to its end would pass twice the step cap, or twice the time cap
-    assert not whole_epochs_pay(30, 1.0, 5000, 200, 3.0)
-    assert not whole_epochs_pay(30, 2.0, 64, 200, 2.0)  # 64 steps projected at 4.27 s > 2 x 2 s
-    assert whole_epochs_pay(30, 2.0, 64, 200, 4.3 / EPOCH_ROUNDING_CAP)  # within twice a 2.15 s cap
+    # GIVEN a long epoch: going on to its end would pass the step cap, or the time cap, by more than the factor
+    assert EpochWindow(5000, 200, 3.0).done(True, 30, 1.0)
+    slow = 2.0 * EPOCH_ROUNDING_CAP * 30 / 64  # seconds for 30 steps such that 64 are projected at twice the cap
+    assert EpochWindow(64, 200, 1.0).done(True, 30, slow)
+    assert not EpochWindow(64, 200, 2.0).done(True, 30, slow)  # within the factor of a 2 s cap
 
 
-def test_without_a_known_epoch_nothing_changes():
-    assert not whole_epochs_pay(33, 0.5, None, 200, 3.0)  # no loader workers, or an IterableDataset without len
+def test_steps_slower_than_projected_stop_at_the_time_limit():
+    window = EpochWindow(64, 200, 2.0)
+    assert not window.done(True, 32, 1.0)  # 64 steps projected at 2 s
+    assert window.done(True, 40, 2.0 * EPOCH_ROUNDING_CAP)  # but the steps slowed down
+
+
+def test_without_a_known_epoch_the_protocol_alone_decides():
+    window = EpochWindow(None, 200, 3.0)  # no loader workers, or an IterableDataset without len
+    assert not window.done(False, 33, 0.5) and window.done(True, 34, 0.6)

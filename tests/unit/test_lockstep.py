@@ -216,14 +216,28 @@ def test_the_planners_duels_stop_once_the_ratio_settles_while_each_side_still_sw
     assert lockstep.wave_noise(a, 1) > 0.1 and lockstep.ratio_settled(a, b, 1)
     pair = object.__new__(lockstep._Pair)
     pair.protocol = Protocol(min_steps=10, min_time_s=0.05, max_steps=200, max_time_s=10)
-    pair.cap, pair.waves = 200, [1, 1]
+    pair.cap, pair.waves, pair.epochs, pair.window = 200, [1, 1], [0, 0], None
     # THEN the ratio rule (the planner's duels) has enough; the gate's rule (each side steady) keeps measuring
     pair.noise = "ratio"
     assert pair._enough([a, b]) and not pair._enough([a[:8], b[:8]])  # but never under the minimum steps
-    pair.noise = "each"
+    pair.noise, pair.window = "each", None  # a new pair
     assert not pair._enough([a, b])
     # AND below 4 whole loader waves the ratio is not trusted
     assert not lockstep.ratio_settled(a[:12], b[:12], 4)
+
+
+def test_a_pair_with_loader_workers_measures_whole_epochs_of_both_sides():
+    # GIVEN steady steps, a protocol met after 10 pairs, and sides with 16- and 32-step epochs (other batch sizes)
+    steps = [0.01] * 100
+    pair = object.__new__(lockstep._Pair)
+    pair.protocol = Protocol(min_steps=10, min_time_s=0.05, max_steps=200, max_time_s=10)
+    pair.cap, pair.waves, pair.noise, pair.epochs, pair.window = 200, [2, 2], "each", [16, 32], None
+    # THEN the pair goes on to 32 steps, where each side's window holds whole epochs
+    assert not pair._enough([steps[:10], steps[:10]]) and not pair._enough([steps[:31], steps[:31]])
+    assert pair._enough([steps[:32], steps[:32]])
+    # AND without loader workers, 10 pairs are enough
+    pair.epochs, pair.window = [0, 0], None
+    assert pair._enough([steps[:10], steps[:10]])
 
 
 def test_a_ratio_settles_when_it_is_precise_or_clearly_away_from_one():

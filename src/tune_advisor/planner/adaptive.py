@@ -32,6 +32,9 @@ WORKER_LADDER = (0, 1, 2, 4, 8, 16, 32, 64)  # when SEARCH does not name num_wor
 # 0.70x of the baseline's probe, where other runs' duels measured 2 workers 1.4-1.65x faster than the baseline.
 LOADER_BOUND = 0.3
 SCREENED_STALE = 4
+# A ladder's first rung decides alone whether the ladder goes anywhere, so its screen earns a duel from
+# LOADER_DUEL_FROM, not DUEL_FROM: one hf_transformer run screened batch 16 at 0.89x of 8, in a slow moment of the
+# machine, and stopped there; its twin run's duel measured 16 at 1.17x of 8, and went on to 32.
 # What compiling adds to a probe, before one has been measured: a small model takes 5-60 s with torch.compile on
 # a 2-core CPU (the C++ compiler runs for every kernel). A compile probe is started only if this much more fits.
 COMPILE_ALLOWANCE_S = 30.0
@@ -282,8 +285,9 @@ class AdaptivePlanner(Planner):
     def _ladder(self, name: str, current: ProbeResult, values: list) -> ProbeResult:
         """Walk `values` of `name` in order on top of `current`. Stops at a failure or the memory budget (recording
         the frontier), or at the plateau: a step whose median gain over the previous step is below MIN_GAIN, if
-        it lost MIN_GAIN or the step before did not beat the best either; for loader workers while the best probe
-        still waits for data most of the step, two steps in a row that do not beat the best (see LOADER_BOUND).
+        it lost clearly (under DUEL_FROM) or the step before did not beat the best either; for loader workers
+        while the best probe still waits for data most of the step, two steps in a row that do not beat the best
+        (see LOADER_BOUND).
         Returns the best probe; a later value replaces an earlier one only when it beats it beyond the noise."""
         s, best, previous, previous_gain, stale, dueled_stale = self.session, current, current, None, 0, 0
         steps = []
@@ -305,7 +309,7 @@ class AdaptivePlanner(Planner):
                 self.notes.append(f"{name} ladder stopped at {name}={value}: {self._failure(result)}")
                 break
             loader_bound = name == "num_workers" and (best.data_wait_frac() or 0.0) >= LOADER_BOUND
-            if self.session.beats(best, result, LOADER_DUEL_FROM if loader_bound else DUEL_FROM):
+            if self.session.beats(best, result, LOADER_DUEL_FROM if loader_bound or i == 0 else DUEL_FROM):
                 best, stale, dueled_stale = result, 0, 0
             else:
                 stale += 1
@@ -314,9 +318,9 @@ class AdaptivePlanner(Planner):
             if name == "num_workers" and (best.data_wait_frac() or 0.0) >= LOADER_BOUND:
                 # still loader-bound: one dip is not the end, nor are screens alone (see LOADER_BOUND)
                 stop = stale >= 2 and (dueled_stale >= 1 or stale >= SCREENED_STALE)
-            else:  # a flat step ends the ladder if it lost, or the rung before did not win either: one flat step
-                # can be a dip (lstm_collate's batch of 64 was no faster than 32, and 128 and 256 paid again)
-                stop = step_gain < 1 + MIN_GAIN and (stale >= 2 or step_gain < 1 - MIN_GAIN)
+            else:  # a flat step ends the ladder if it lost clearly, or the rung before did not win either: one
+                # flat step can be a dip (lstm_collate's batch of 64 measured 0.96x of 32, and 128 and 256 paid)
+                stop = step_gain < 1 + MIN_GAIN and (stale >= 2 or step_gain < DUEL_FROM)
             if stop:
                 s.unexplored.extend(f"{name}={v}: past the throughput plateau" for v in values[i + 1:])
                 break

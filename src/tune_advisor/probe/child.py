@@ -287,7 +287,7 @@ def _measure(spec: ProbeSpec, phase: Phase, out: dict[str, Any], workdir: Path |
     epoch_steps = _epoch_steps(loader) if settings["num_workers"] > 0 else None
     # Both sides of a lockstep pair import and build at once (mostly Python: hf_transformer's import takes 2 s);
     # the warm-ups, where torch's threads spin, take turns. Starting the loader's workers is part of the warm-up.
-    baton.begin()
+    baton.begin(epoch_steps)
     batches = iter(loader)
     epochs = 0
     epoch_starts: list[int] = []  # measured steps whose batch began a new epoch (rule TA103)
@@ -381,6 +381,7 @@ def _measure(spec: ProbeSpec, phase: Phase, out: dict[str, Any], workdir: Path |
     # The noise of a loader-fed step is judged over waves of num_workers steps (analysis.stats.wave_noise), so the
     # step cap is counted in waves too: a busy loader gets as many waves to settle as a single process gets steps.
     max_steps = max(proto.max_steps, MIN_WAVES_AT_CAP * settings["num_workers"])
+    window = EpochWindow(epoch_steps, max_steps, proto.max_time_s)
 
     phase("measuring")
     me = psutil.Process()
@@ -400,7 +401,7 @@ def _measure(spec: ProbeSpec, phase: Phase, out: dict[str, Any], workdir: Path |
             done = n >= max_steps or elapsed >= proto.max_time_s or (
                 n >= proto.min_steps and elapsed >= proto.min_time_s
                 and wave_noise(raw["step_s"], settings["num_workers"]) <= proto.noise_bar)
-            done = done and not whole_epochs_pay(n, elapsed, epoch_steps, max_steps, proto.max_time_s)
+            done = window.done(done, n, elapsed)
             if ddp.agree(done) if ddp else done:  # DDP ranks must run the same steps: rank 0 decides for all
                 break
         measured_wall = time.perf_counter() - measure_start - baton.idle_s  # lockstep: minus the partner's turns
@@ -547,21 +548,36 @@ class CompileStats:
 
 
 # A window of loader-fed steps is rounded up to whole epochs when that costs at most this factor of the caps.
-EPOCH_ROUNDING_CAP = 2.0
+EPOCH_ROUNDING_CAP = 1.5
 
 
-def whole_epochs_pay(n: int, elapsed: float, epoch_steps: int | None, max_steps: int, max_time_s: float) -> bool:
-    """Whether a measurement that could stop after `n` steps should go on to the next whole epoch.
+class EpochWindow:
+    """When a measurement with loader workers stops: at whole epochs, when the next epoch boundary is near.
 
     Each epoch starts new loader workers (or, persistent, refills their queue), a stall real training pays once
     per epoch. A window of whole epochs holds its share of stalls wherever it starts; a part of one holds one stall
     or none by chance. io_bound's 8-worker probes read ~1,900 samples/s over 32 steps without an epoch start, and
-    ~1,430 over 177 steps with three (64-step epochs). So when the next whole epoch is near (within
-    EPOCH_ROUNDING_CAP times the step and time caps), measuring goes on to it."""
-    if not epoch_steps or n % epoch_steps == 0:
-        return False
-    target = n + epoch_steps - n % epoch_steps
-    return target <= EPOCH_ROUNDING_CAP * max_steps and elapsed * target / n <= EPOCH_ROUNDING_CAP * max_time_s
+    ~1,430 over 177 steps with three (64-step epochs). So once the protocol is met after `n` steps, measuring goes
+    on to the next whole epoch if that is projected within EPOCH_ROUNDING_CAP times the step and time caps, and
+    stops there (or at that time cap, should the steps slow down). A lockstep pair (probe/lockstep.py) applies it
+    to the least common multiple of its two sides' epochs. `epoch_steps` None: no loader workers, or no length."""
+
+    def __init__(self, epoch_steps: int | None, max_steps: int, max_time_s: float):
+        self.epoch_steps, self.max_steps, self.max_time_s = epoch_steps, max_steps, max_time_s
+        self.target: int | None = None  # the step count to stop at, fixed once the protocol is first met
+
+    def done(self, met: bool, n: int, elapsed: float) -> bool:
+        """Whether to stop after `n` steps in `elapsed` seconds, given whether the protocol is `met`."""
+        if self.target is None:
+            if not met:
+                return False
+            self.target = n
+            if self.epoch_steps and n % self.epoch_steps:
+                whole = n + self.epoch_steps - n % self.epoch_steps
+                if (whole <= EPOCH_ROUNDING_CAP * self.max_steps
+                        and elapsed * whole / n <= EPOCH_ROUNDING_CAP * self.max_time_s):
+                    self.target = whole
+        return n >= self.target or elapsed >= EPOCH_ROUNDING_CAP * self.max_time_s
 
 
 def _epoch_steps(loader) -> int | None:

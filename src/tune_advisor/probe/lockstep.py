@@ -6,8 +6,9 @@ carries the machine's mood. Two children that alternate single steps see the sam
 The gate's interleaved mode (`gate --against REF`) measures each round this way; docs/ci-gating.md has the numbers.
 
 Protocol, over two FIFOs per child in the probe workdir (their paths are `ProbeSpec.lockstep`):
-    child -> parent, "done" FIFO:  "ready\\n" once its warm-up is over, then "<step seconds> <items>\\n" after
-                                   each step (items: the step's work, samples or what count_items returns)
+    child -> parent, "done" FIFO:  "ready <epoch steps>\\n" once its warm-up is over (0: no loader workers or
+                                   no known length), then "<step seconds> <items>\\n" after each step (items:
+                                   the step's work, samples or what count_items returns)
     parent -> child, "go" FIFO:    b"w": begin (start the loader, warm up); b"g": run one measured step;
                                    b"s": stop (before it began: fail at once; else: collectors, result, exit)
 Both sides import and build the workload at once, which is mostly Python (hf_transformer's import of
@@ -23,6 +24,7 @@ select() on the FIFO and both children's pidfds, until the probes' wall-clock li
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import select
 import signal
@@ -55,7 +57,7 @@ class NoBaton:
     active = False
     idle_s = 0.0
 
-    def begin(self) -> None:
+    def begin(self, epoch_steps: int | None = None) -> None:
         pass
 
     def wait(self) -> bool:
@@ -84,6 +86,7 @@ class Baton:
         os.set_blocking(self.go, True)
         os.set_blocking(self.out, True)
         self.timeout_s = timeout_s
+        self.epoch_steps = 0
         self.begun: float | None = None  # begin() returned: this side's turn to warm up
         self.began: float | None = None  # the first wait(): the warm-up is over
         self.ready_wait_s = 0.0  # waiting for the other side's warm-up
@@ -96,8 +99,10 @@ class Baton:
         """Wall time since the warm-up that was the other side's: measuring time = wall time - idle_s."""
         return time.perf_counter() - self.began - self.busy_s if self.began is not None else 0.0
 
-    def begin(self) -> None:
-        """Wait for this side's turn to warm up (the other side is paused meanwhile, or still building)."""
+    def begin(self, epoch_steps: int | None = None) -> None:
+        """Wait for this side's turn to warm up (the other side is paused meanwhile, or still building).
+        `epoch_steps` (batches per epoch with loader workers) goes to the parent with "ready"."""
+        self.epoch_steps = epoch_steps or 0
         word = self._read()
         if word == STOP:
             raise LockstepError("stopped before it began: the other side of the lockstep pair ended first")
@@ -109,7 +114,7 @@ class Baton:
         first = self.began is None
         if first:
             self.began = time.perf_counter()
-            self._send(READY)
+            self._send(f"{READY} {self.epoch_steps}")
         word = self._read()
         now = time.perf_counter()
         if first:
@@ -200,6 +205,8 @@ class _Pair:
         self.protocol = protocol
         workers = [int(p.spec.settings.get("num_workers") or 0) for p in probes]
         self.waves = [max(1, w) for w in workers]  # steps per loader wave, as analysis.stats.wave_noise counts
+        self.epochs = [0, 0]  # each side's batches per epoch, from its "ready" (0: not known, or no workers)
+        self.window = None  # child.EpochWindow, once both sides are ready
         # The step cap a free-running child has (probe/child.py): at least MIN_WAVES_AT_CAP loader waves.
         from .child import MIN_WAVES_AT_CAP
 
@@ -213,8 +220,10 @@ class _Pair:
             order = (first, 1 - first)
             for side in order:  # one at a time (see the module's docstring), the first mover first; the other
                 os.write(self.channels[side].go, BEGIN)  # waits, idle, in begin()
-                if self._receive(side) != READY:
+                word, *epochs = self._receive(side).split()
+                if word != READY:
                     raise ValueError(f"{self.probes[side].spec.id}: expected {READY!r} from the child")
+                self.epochs[side] = int(epochs[0]) if epochs and epochs[0].isdigit() else 0
                 self._signal(side, signal.SIGSTOP)
             while not self._enough(steps, items):
                 for side in order:
@@ -252,10 +261,21 @@ class _Pair:
         os.write(self.channels[side].go, STOP)  # buffered in the FIFO even if the child has exited
 
     def _enough(self, steps: list[list[float]], items: list[list[float]] | None = None) -> bool:
-        """After a whole pair: stop at a cap, or when both sides meet the protocol (min steps, min time, noise)."""
-        n, proto = len(steps[0]), self.protocol
+        """After a whole pair: stop at a cap, or when both sides meet the protocol (min steps, min time, noise);
+        with loader workers, then go on to a whole number of both sides' epochs when that is near, as a
+        free-running child does (`child.EpochWindow`)."""
+        from .child import EpochWindow
+
+        n = len(steps[0])
         if n == 0:
             return False
+        if self.window is None:
+            period = math.lcm(*(e for e in self.epochs if e)) if any(self.epochs) else None
+            self.window = EpochWindow(period, self.cap, self.protocol.max_time_s)
+        return self.window.done(self._measured_enough(steps, items), n, max(sum(s) for s in steps))
+
+    def _measured_enough(self, steps: list[list[float]], items: list[list[float]] | None) -> bool:
+        n, proto = len(steps[0]), self.protocol
         measured = [sum(s) for s in steps]  # per side, its own steps only: the wall time is twice as long
         if n >= self.cap or max(measured) >= proto.max_time_s:
             return True
