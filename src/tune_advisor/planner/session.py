@@ -302,7 +302,7 @@ class Session:
         """The gain candidate/reference over a chain of lockstep wins, reference -> ... -> candidate (a ladder's
         rungs, each kept in a lockstep duel), or None without one: the ratios multiply, and the
         half-widths of their log CIs add in quadrature (the duels are independent measurements). It spares
-        the ladder's start and end a duel of their own (hf_transformer's 8 -> 16 -> 32 tokens' batches had
+        the ladder's start and end a duel of their own (hf_transformer's batch 8 -> 16 -> 32 had
         taken one of 11 s)."""
         links, key, start = [], _key(candidate.settings), _key(reference.settings)
         while key != start:
