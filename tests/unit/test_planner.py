@@ -4,7 +4,7 @@ from tune_advisor import knobs
 from tune_advisor.knobs import DeviceFacts, WorkloadFacts
 from tune_advisor.planner import PlanContext, Session, plan
 from tune_advisor.planner.grid import combinations
-from tune_advisor.probe.result import Status
+from tune_advisor.probe.result import ProbeResult, Status
 
 from ..fakes import FakeClock, FakeRunner
 
@@ -17,7 +17,7 @@ BLOCKS = WorkloadFacts(repeated_blocks="layers: 4 x Block", dataset_len=10_000)
 
 
 def run_plan(rate, workload=CNN, search=None, baseline=None, budget_s=None, memory=None, device=CPU,
-             strategy="adaptive", jitter=0.02, moment=None, lockstep=False, explore=None):
+             strategy="adaptive", jitter=0.02, moment=None, lockstep=False, explore=None, pair_memory=None):
     runner, clock = FakeRunner(rate, jitter=jitter, moment=moment), FakeClock()
 
     def timed(probe_id, settings, role):
@@ -32,6 +32,7 @@ def run_plan(rate, workload=CNN, search=None, baseline=None, budget_s=None, memo
             return results
 
         timed.pair = pair
+        timed.pair_memory_bytes = pair_memory
 
     session = Session(timed, budget_s, clock=clock)
     ctx = PlanContext(baseline=knobs.full_settings(baseline or {"batch_size": 16}), search=search or {},
@@ -312,9 +313,9 @@ def test_a_loader_still_waiting_for_data_keeps_climbing_past_a_dip():
     assert outcome.recommended.settings["num_workers"] == 32
 
 
-def test_a_loader_bound_rung_screened_in_a_slow_moment_earns_a_duel_that_a_compute_knob_would_not():
+def test_a_loader_rung_screened_in_a_slow_moment_earns_a_duel_and_a_compute_knob_is_measured_beside_its_start():
     # GIVEN a loader-bound pipeline where 4 workers are truly 15% faster than 2, but the 4-worker screening probe
-    # ran in a slow moment (0.7x: it measured 0.8x of 2), and bf16 likewise 15% faster, screened at 0.8x
+    # ran in a slow moment (0.7x: it measured 0.8x of 2), and bf16 likewise 15% faster, slowed alike if run alone
     rates = {0: (300, 0.95), 1: (500, 0.6), 2: (800, 0.5), 4: (920, 0.45), 8: (920, 0.45)}
 
     def rate(s):
@@ -331,9 +332,11 @@ def test_a_loader_bound_rung_screened_in_a_slow_moment_earns_a_duel_that_a_compu
     assert outcome.recommended.settings["num_workers"] >= 4
     dueled = {p.settings["num_workers"] for p in outcome.probes if p.role == "recheck"}
     assert 4 in dueled
-    # AND bf16, screened as low but not a loader rung, was dropped without a duel
-    assert outcome.recommended.settings["amp"] == "off"
-    assert not [p for p in outcome.probes if p.role == "recheck" and p.settings["amp"] == "bf16"]
+    # AND bf16, which keeps the loader, was measured only beside its reference in lockstep, where the moment
+    # cannot single it out, and kept
+    assert outcome.recommended.settings["amp"] == "bf16"
+    first = next(p for p in outcome.probes if p.settings["amp"] == "bf16")
+    assert first.role == "knob:amp" and "lockstep" in first.extra
 
 
 def test_a_loader_ladder_is_not_ended_by_screens_against_a_baseline_from_a_fast_moment():
@@ -369,29 +372,31 @@ def test_a_value_reached_by_a_chain_of_wins_is_kept_only_if_it_beats_the_start(m
     assert outcome.recommended.settings["num_workers"] == 0
 
 
-def test_a_first_rung_screened_in_a_slow_moment_earns_a_duel():
-    # GIVEN batch 32 truly 15% faster than 16 (and 64 no faster than 32), but its screening probe ran in a slow
-    # moment of the machine (0.75x: it measured 0.86x of 16)
+def test_a_first_rung_that_would_run_in_a_slow_moment_alone_is_measured_beside_its_start():
+    # GIVEN batch 32 truly 15% faster than 16 (and 64 no faster than 32), but a probe of it on its own runs in a
+    # slow moment of the machine (0.75x: it would measure 0.86x of 16, ending the ladder)
     gains = {16: 1.0, 32: 1.15, 64: 1.15, 128: 1.15}
     outcome, runner = run_plan(lambda s: 1000.0 * gains[s["batch_size"]], workload=MLP, lockstep=True,
                                search={"batch_size": [16, 32, 64, 128]}, device=CPU_AMP_ONLY, explore=("batch_size",),
                                moment=lambda s, role: 0.75 if role == "ladder:batch_size" and s["batch_size"] == 32
                                else 1.0)
-    # THEN the first rung, under DUEL_FROM, was measured again in lockstep, and kept
+    # THEN the first rung was measured in lockstep beside 16, and kept
     assert outcome.recommended.settings["batch_size"] == 32
+    first = next(p for p in outcome.probes if p.settings["batch_size"] == 32)
+    assert first.role == "ladder:batch_size" and "lockstep" in first.extra
     assert any(d.startswith("batch_size: kept batch_size=32") and "in lockstep" in d for d in outcome.decisions)
 
 
 def test_a_chain_of_lockstep_wins_is_kept_without_a_duel_of_its_ends():
-    # GIVEN each doubling of the batch 10% faster up to 64, then flat; every screen lands between DUEL_FROM and
-    # CLEAR_GAIN, so each rung is decided in a lockstep duel
+    # GIVEN each doubling of the batch 10% faster up to 64, then flat; each rung is measured in lockstep beside
+    # the best before it
     gains = {16: 1.0, 32: 1.1, 64: 1.21, 128: 1.21, 256: 1.21}
     outcome, runner = run_plan(lambda s: 1000.0 * gains[s["batch_size"]], workload=MLP, lockstep=True,
                                search={"batch_size": [16, 32, 64, 128, 256]}, device=CPU_AMP_ONLY,
                                explore=("batch_size",))
     # THEN 64 is kept on the chain 16 -> 32 -> 64 of lockstep wins, with no duel of 16 against 64
-    duels = {tuple(p.settings["batch_size"] for p in outcome.probes if p.id in pair and p.role == "recheck")
-             for pair in runner.pairs}
+    duels = {tuple(p.settings["batch_size"] for p in outcome.probes if p.id in pair) for pair in runner.pairs
+             if not any(p.role.startswith("confirm") for p in outcome.probes if p.id in pair)}
     assert outcome.recommended.settings["batch_size"] == 64
     assert (16, 32) in duels and (32, 64) in duels and (16, 64) not in duels
     kept = next(d for d in outcome.decisions if d.startswith("batch_size: kept"))
@@ -399,23 +404,28 @@ def test_a_chain_of_lockstep_wins_is_kept_without_a_duel_of_its_ends():
 
 
 def test_a_gain_made_by_a_fast_moment_of_the_machine_is_rejected_by_a_lockstep_duel():
-    # GIVEN bf16 no faster at all, but its probe on its own ran in a fast moment of the machine (1.3x)
-    outcome, runner = run_plan(lambda s: 1000.0, workload=MLP, search={"batch_size": [16]}, device=CPU_AMP_ONLY,
-                               moment=lambda s, role: 1.3 if s["amp"] == "bf16" else 1.0, lockstep=True)
-    # THEN the separate probes' 1.3x was measured again with both in lockstep, and the duel rejected it
+    # GIVEN bf16 no faster at all, but its probe on its own ran in a fast moment of the machine (1.3x), and a
+    # runner that cannot pair its probe with the baseline's from the start (too little memory for two)
+    outcome, runner = run_plan(lambda s: {"rate": 1000.0, "memory": 2**20 if s["amp"] == "bf16" else 8 * 2**20},
+                               workload=MLP, search={"batch_size": [16]}, device=CPU_AMP_ONLY, lockstep=True,
+                               moment=lambda s, role: 1.3 if s["amp"] == "bf16" else 1.0, pair_memory=12 * 2**20)
+    # THEN the separate probes' 1.3x was measured again with both in lockstep (bf16 needs less memory), and the
+    # duel rejected it
     duel = [p for p in outcome.probes if p.role == "recheck"][:2]
+    assert outcome.probes[1].role == "knob:amp" and "lockstep" not in outcome.probes[1].extra
     assert [p.settings["amp"] for p in duel] == ["off", "bf16"] and (duel[0].id, duel[1].id) in runner.pairs
     assert all("lockstep" in p.extra for p in duel)
     assert outcome.recommended.settings["amp"] == "off" and outcome.speedup is None
     assert any(d.startswith("amp: no value beat") for d in outcome.decisions)
 
 
-def test_a_real_gain_hidden_by_a_slow_moment_is_found_by_a_lockstep_duel():
-    # GIVEN bf16 truly 12% faster, but its probe on its own ran in a slow moment (0.85x: it measured 0.95x)
+def test_a_real_gain_hidden_by_a_slow_moment_is_found_by_a_lockstep_pair():
+    # GIVEN bf16 truly 12% faster, but a probe of it on its own runs in a slow moment (0.85x: it would measure
+    # 0.95x)
     outcome, runner = run_plan(lambda s: 1000.0 * (1.12 if s["amp"] == "bf16" else 1.0), workload=MLP,
                                search={"batch_size": [16]}, device=CPU_AMP_ONLY, lockstep=True,
                                moment=lambda s, role: 0.85 if s["amp"] == "bf16" and role == "knob:amp" else 1.0)
-    # THEN the duel found the gain, and the confirmation (two more lockstep pairs) measured it
+    # THEN its one pair beside the baseline found the gain, and the confirmation (two more pairs) measured it
     assert outcome.recommended.settings["amp"] == "bf16"
     assert any(d.startswith("amp: kept amp=bf16 (1.1") and "in lockstep" in d for d in outcome.decisions)
     assert 1.09 < outcome.speedup["median"] < 1.15 and outcome.speedup["ci_low"] > 1.03
@@ -423,25 +433,26 @@ def test_a_real_gain_hidden_by_a_slow_moment_is_found_by_a_lockstep_duel():
 
 
 def test_clear_cases_are_decided_without_a_duel():
-    # GIVEN bf16 2x faster and channels_last 40% slower, measured on their own in an undisturbed machine
+    # GIVEN bf16 2x faster and channels_last 40% slower, screened on their own (a runner that cannot pair them
+    # with their reference: DDP, --executor ray) in an undisturbed machine
     outcome, runner = run_plan(lambda s: 1000.0 * (2.0 if s["amp"] == "bf16" else 1.0) *
                                (0.6 if s["channels_last"] else 1.0), search={"batch_size": [16]},
-                               device=CPU_AMP_ONLY, lockstep=True)
-    # THEN no lockstep pair was spent on them: only the confirmation's two
+                               device=CPU_AMP_ONLY)
+    # THEN no re-measurement was spent on them
     assert outcome.recommended.settings["amp"] == "bf16" and not outcome.recommended.settings["channels_last"]
-    assert not [p for p in outcome.probes if p.role == "recheck"] and len(runner.pairs) == 2
+    assert not [p for p in outcome.probes if p.role == "recheck"]
 
 
 def test_a_large_gain_whose_screen_is_noisy_is_kept_without_a_duel():
     # GIVEN bf16 1.6x faster, screened with steps jittering ±80%: the ratio's CI is wide, but clears 1.03
     outcome, runner = run_plan(lambda s: 1000.0 * (1.6 if s["amp"] == "bf16" else 1.0), workload=MLP,
-                               search={"batch_size": [16]}, device=CPU_AMP_ONLY, lockstep=True, jitter=0.8)
+                               search={"batch_size": [16]}, device=CPU_AMP_ONLY, jitter=0.8)
     kept = next(d for d in outcome.decisions if d.startswith("amp: kept amp=bf16"))
     low = float(kept.split("[")[1].split(",")[0])
     assert 1.03 <= low < 1.5  # not the old rule's clear case: its CI's low end is under CLEAR_GAIN
     # THEN no swing of the machine (about 30%) explains a median over CLEAR_GAIN: it was kept without a duel
     assert outcome.recommended.settings["amp"] == "bf16"
-    assert not [p for p in outcome.probes if p.role == "recheck"] and len(runner.pairs) == 2  # the confirmation
+    assert not [p for p in outcome.probes if p.role == "recheck"]
 
 
 def test_without_lockstep_the_duel_runs_one_probe_after_the_other():
@@ -578,6 +589,73 @@ def test_probes_with_different_loaders_are_never_paired_in_lockstep():
     # THEN the recheck ran both one after the other
     assert runner.pairs == [] and [p.role for p in session.probes][2:] == ["recheck", "recheck"]
     assert "lockstep" not in session.describe_gain(base, more)
+
+
+def test_a_new_setting_that_keeps_the_loader_is_measured_beside_the_best_in_one_pair():
+    # GIVEN a runner measuring pairs together, and a probe of bf16 on its own would run in a fast moment (1.3x)
+    runner, clock = FakeRunner(lambda s: 1000.0, moment=lambda s, role: 1.3 if s["amp"] == "bf16" else 1.0), \
+        FakeClock()
+    session = Session(runner, clock=clock)
+    base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
+    # WHEN bf16 is measured against the baseline
+    fast = session.measure({**base.settings, "amp": "bf16"}, "knob:amp", base)
+    # THEN it ran once, in lockstep beside a re-measurement of the baseline, and the moment cancelled
+    assert [(p.role, p.settings["amp"]) for p in session.probes] == [("baseline", "off"), ("recheck", "off"),
+                                                                     ("knob:amp", "bf16")]
+    assert runner.pairs == [("p002", "p003")] and "lockstep" in fast.extra
+    assert not session.beats(base, fast) and "in lockstep, p002/p003" in session.describe_gain(base, fast)
+    # AND measuring the same settings again hands back that probe
+    assert session.measure(dict(fast.settings), "knob:amp", base) is fast and len(session.probes) == 3
+
+
+def test_a_new_setting_is_screened_alone_when_a_pair_would_not_fit_or_changes_the_loader():
+    # GIVEN a runner measuring pairs together in 40 MiB, and a baseline of batch 16 peaking at 16 MiB
+    runner, clock = FakeRunner(lambda s: 1000.0), FakeClock()
+    runner.pair_memory_bytes = 40 * 2**20
+    session = Session(runner, clock=clock)
+    base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
+    # WHEN batch 32 (estimated at twice the baseline's peak: 16 + 32 MiB do not fit) and 2 loader workers are
+    # measured against it
+    session.measure({**base.settings, "batch_size": 32}, "ladder:batch_size", base)
+    session.measure({**base.settings, "num_workers": 2}, "ladder:num_workers", base)
+    # THEN each was screened on its own; batch 24 (16 + 24 MiB fit) was measured in a pair
+    assert runner.pairs == [] and [p.role for p in session.probes][1:] == ["ladder:batch_size", "ladder:num_workers"]
+    session.measure({**base.settings, "batch_size": 24}, "ladder:batch_size", base)
+    assert runner.pairs == [("p004", "p005")]
+
+
+def test_out_of_memory_beside_the_reference_is_measured_again_alone_before_it_ends_the_ladder():
+    # GIVEN a GPU-like runner with 220 MiB, pairs allowed while both estimated peaks fit in 198 MiB, and a model
+    # whose memory grows faster than its batch: 16 MiB at batch 16, 32 at 32, 200 at 64 (more than estimated),
+    # 400 at 128 (out of memory); throughput grows 20% per doubling
+    memory = {16: 16, 32: 32, 64: 200, 128: 400}
+
+    def rate(s):
+        if memory[s["batch_size"]] > 220:
+            return Status.OOM
+        return {"rate": 1000.0 * 1.2 ** [16, 32, 64].index(s["batch_size"]), "memory": memory[s["batch_size"]] * 2**20}
+
+    runner, clock = FakeRunner(rate), FakeClock()
+
+    def pair(jobs, first):  # both sides on one device: over 220 MiB between them, the larger one runs out
+        results = runner.pair(jobs, first)
+        if sum(r.peak_memory_bytes or 0 for r in results) > 220 * 2**20:
+            side = max((0, 1), key=lambda i: results[i].peak_memory_bytes or 0)
+            results[side] = ProbeResult(jobs[side][0], jobs[side][1], Status.OOM, error="fake oom", role=jobs[side][2])
+        return results
+
+    def timed(probe_id, settings, role):
+        return runner(probe_id, settings, role)
+
+    timed.pair, timed.pair_memory_bytes = pair, 198 * 2**20
+    ctx = PlanContext(baseline=knobs.full_settings({"batch_size": 16}), search={"batch_size": [16, 32, 64, 128]},
+                      workload=MLP, device=CPU_NO_BF16, explore=("batch_size",))
+    outcome = plan(ctx, Session(timed, clock=clock), "adaptive")
+    # THEN batch 64, out of memory beside batch 32, was measured alone, fitted and was kept; 128 ended the ladder
+    at_64 = [p for p in outcome.probes if p.settings["batch_size"] == 64 and p.role == "ladder:batch_size"]
+    assert [p.status for p in at_64] == [Status.OOM, Status.OK] and "lockstep" not in at_64[1].extra
+    assert outcome.recommended.settings["batch_size"] == 64
+    assert any("batch_size ladder stopped at batch_size=128: oom" in n for n in outcome.notes)
 
 
 def test_knobs_option_limits_what_the_planner_explores():

@@ -251,7 +251,7 @@ class AdaptivePlanner(Planner):
             if not self.session.affordable(extra_s=extra_s):
                 self.session.unexplored.append(f"{name}={value}: over budget")
                 continue
-            result = self.session.run({**current.settings, name: value}, f"knob:{name}")
+            result = self.session.measure({**current.settings, name: value}, f"knob:{name}", best)
             if self._usable(result) and self.session.beats(best, result):
                 best = result
         return best
@@ -301,7 +301,7 @@ class AdaptivePlanner(Planner):
             if not s.affordable(extra_s=self._ladder_extra_s(name, previous, value)):
                 s.unexplored.extend(f"{name}={v}: over budget" for v in values[i:])
                 break
-            result = s.run(settings, f"ladder:{name}")
+            result = s.measure(settings, f"ladder:{name}", best)
             steps.append(f"{value} ({result.status.value})")
             if not self._usable(result):
                 if name == "batch_size":
@@ -352,7 +352,7 @@ class AdaptivePlanner(Planner):
                 break
             settings = {**best.settings, "batch_size": mid}
             predicted = self._predicted_over_budget(settings)
-            result = None if predicted else self.session.run(settings, "bisect:batch_size")
+            result = None if predicted else self.session.measure(settings, "bisect:batch_size", best)
             if result is not None and self._usable(result):
                 f["largest_ok"] = mid
                 if self.session.beats(best, result):
@@ -368,7 +368,7 @@ class AdaptivePlanner(Planner):
         """Checkpointing at twice the largest batch that fit without it; if kept, the re-opened batch ladder goes on
         from there."""
         settings = {**current.settings, "checkpointing": True, "batch_size": 2 * self.frontier["largest_ok"]}
-        result = self.session.run(settings, "knob:checkpointing")
+        result = self.session.measure(settings, "knob:checkpointing", current)
         return result if self._usable(result) and self.session.beats(current, result) else current
 
     # --- memory ---------------------------------------------------------------------------------------------------

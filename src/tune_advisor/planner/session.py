@@ -181,18 +181,46 @@ class Session:
         self._by_settings.setdefault(key, result)
         return result
 
-    def duel(self, reference: ProbeResult, candidate: ProbeResult, roles: tuple[str, str] = (DUEL_ROLE, DUEL_ROLE),
-             first: int = 0) -> tuple[ProbeResult, ProbeResult]:
-        """Measure both settings again, together in lockstep, step by step (`runner.pair`: probe/lockstep.py), so
-        both see the same moments of the machine; one after the other where the runner cannot (DDP, --executor
-        ray), their loaders differ (see `together`) or both would not fit in memory at once
-        (`runner.pair_memory_bytes`). `first` is the side that moves
-        (or runs) first. Returns the new (reference, candidate) results."""
-        pair = getattr(self.runner, "pair", None) if together(reference, candidate) else None
+    def measure(self, settings: dict[str, Any], role: str, against: ProbeResult) -> ProbeResult:
+        """A setting to be judged against `against` (the current best): measured beside it in one lockstep pair
+        where the two can be paired, so the judgement rests on moments both saw; a screen alone otherwise (a
+        loader change, no pairing runner, or too little memory for both). One pair replaces a screen followed
+        by a duel: separate screens run in moments of the machine up to 2x apart (one tiny_batch_mlp screen of
+        batch 128 read 0.50x of 64, ending its ladder; one lstm_collate screen of batch 32 read 1,089
+        sequences/s where its duels read 650-750, and 64 looked 0.80x of it)."""
+        key = _key(settings)
+        if key in self._by_settings:
+            return self._by_settings[key]
+        if self._pairing(against, settings, _estimated_peak(against, settings)) is None:
+            return self.run(settings, role)
+        _, result = self.duel(against, settings, (DUEL_ROLE, role))
+        if result.status is Status.OOM:
+            # the pair held two probes' memory: out of memory beside its reference is not out of memory alone
+            result = self._by_settings[key] = self.run(settings, role, reuse=False)
+        return result
+
+    def _pairing(self, reference: ProbeResult, settings: dict[str, Any], peak: int | None):
+        """The runner's lockstep pair for `reference` beside `settings` (whose probe peaks at `peak` bytes), or
+        None where it cannot measure them together: no pairing runner (DDP, --executor ray), different loaders
+        (see `together`), or both would not fit in memory at once (`runner.pair_memory_bytes`)."""
+        pair = getattr(self.runner, "pair", None) if together(reference.settings, settings) else None
         room = getattr(self.runner, "pair_memory_bytes", None)
-        if pair is not None and room and (reference.peak_memory_bytes or 0) + (candidate.peak_memory_bytes or 0) > room:
-            pair = None
-        reference, candidate = reference.settings, candidate.settings
+        if pair is not None and room and (reference.peak_memory_bytes or 0) + (peak or 0) > room:
+            return None
+        return pair
+
+    def duel(self, reference: ProbeResult, candidate: ProbeResult | dict[str, Any],
+             roles: tuple[str, str] = (DUEL_ROLE, DUEL_ROLE), first: int = 0) -> tuple[ProbeResult, ProbeResult]:
+        """Measure both settings again (`candidate`: a probe, or settings not yet measured), together in
+        lockstep, step by step (`runner.pair`: probe/lockstep.py), so both see the same moments of the
+        machine; one after the other where the runner cannot pair them (`_pairing`). `first` is the side that
+        moves (or runs) first. Returns the new (reference, candidate) results."""
+        if isinstance(candidate, ProbeResult):
+            pair = self._pairing(reference, candidate.settings, candidate.peak_memory_bytes)
+            candidate = candidate.settings
+        else:
+            pair = self._pairing(reference, candidate, _estimated_peak(reference, candidate))
+        reference = reference.settings
         if pair is None:  # in turn, each recorded as it finishes (a resumed run replays them in this order)
             sides = (reference, candidate)
             done = {i: self.run(sides[i], roles[i], reuse=False) for i in ((0, 1) if first == 0 else (1, 0))}
@@ -345,12 +373,20 @@ class Session:
             self.on_probe(result)
 
 
-def together(a: ProbeResult, b: ProbeResult) -> bool:
-    """Whether a lockstep pair compares these two fairly: only with the same loader. The side waiting for its turn
-    is paused (SIGSTOP) with its loader workers, but the I/O they wait on goes on, so batches come ready during
+def together(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether a lockstep pair compares these two settings fairly: only with the same loader. The side waiting for
+    its turn is paused (SIGSTOP) with its loader workers, but the I/O they wait on goes on, so batches come ready during
     the other side's turn: that favours the side with more workers, and lockstep measures the step, not the
     loader. Loader changes are large or nothing, and are measured one after the other."""
-    return all(a.settings.get(k) == b.settings.get(k) for k in ("num_workers", *knobs.LOADER_KNOBS))
+    return all(a.get(k) == b.get(k) for k in ("num_workers", *knobs.LOADER_KNOBS))
+
+
+def _estimated_peak(reference: ProbeResult, settings: dict[str, Any]) -> int | None:
+    """The peak memory of `settings` before it ran, from a probe of the same settings at its batch size: scaled
+    in proportion to the batch, which over-estimates (the weights do not grow with it)."""
+    if not reference.peak_memory_bytes:
+        return None
+    return int(reference.peak_memory_bytes * max(1.0, settings["batch_size"] / reference.settings["batch_size"]))
 
 
 def protocol_for(role: str, protocol: Protocol, left_s: float | None) -> Protocol:
