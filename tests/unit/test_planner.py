@@ -90,6 +90,18 @@ def test_batch_ladder_stops_on_a_plateau():
     assert any("batch_size=256: past the throughput plateau" in u for u in outcome.unexplored)
 
 
+def test_a_downward_ladder_says_where_fewer_stopped_gaining():
+    # GIVEN 8 loader workers, 16 clearly slower, and 1 to 8 all alike
+    rates = {0: 300.0, 1: 1000.0, 2: 1000.0, 4: 1000.0, 8: 1000.0, 16: 700.0}
+    outcome, runner = run_plan(lambda s: {"rate": rates[s["num_workers"]], "wait": 0.1}, workload=MLP,
+                               baseline={"batch_size": 16, "num_workers": 8}, device=CPU_AMP_ONLY,
+                               search={"batch_size": [16], "num_workers": [0, 1, 2, 4, 8, 16], "amp": ["off"]})
+    # THEN the walk down stopped after two flat steps, and what it left is listed as such, not as a plateau
+    assert tried(runner, "num_workers") == [2, 4, 8, 16]
+    assert "num_workers=1: past where fewer stopped gaining" in outcome.unexplored
+    assert not any("num_workers" in u and "plateau" in u for u in outcome.unexplored)
+
+
 def test_batch_ladder_stops_at_once_on_a_loss():
     # GIVEN throughput that doubles from 16 to 32 and falls 15% at 64 (a batch that overflows a cache)
     outcome, runner = run_plan(lambda s: 1000.0 * (2 if s["batch_size"] == 32 else 1.7 if s["batch_size"] > 32

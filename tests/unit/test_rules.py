@@ -117,6 +117,9 @@ def test_input_pipeline_bound_quotes_the_knee_and_measures_the_gain():
     assert finding["evidence"]["knee_num_workers"] == 16
     assert finding["fix"]["settings"] == {"num_workers": 16}
     assert "num_workers=16" in finding["fix"]["snippet"] and "DataLoader(" in finding["fix"]["snippet"]
+    # AND its snippet does not spell out persistent_workers=False (the default), which TA103 may advise against
+    assert "persistent_workers" not in finding["fix"]["snippet"]
+    assert "persistent_workers=True" in findings("io_bound")["TA103"]["fix"]["snippet"]
     gain = finding["gain"]
     assert gain["measured"] is True
     assert 1 < gain["speedup"]["ci_low"] < gain["speedup"]["median"] < gain["speedup"]["ci_high"]

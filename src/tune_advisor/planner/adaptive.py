@@ -322,7 +322,8 @@ class AdaptivePlanner(Planner):
                 # flat step can be a dip (lstm_collate's batch of 64 measured 0.96x of 32, and 128 and 256 paid)
                 stop = step_gain < 1 + MIN_GAIN and (stale >= 2 or step_gain < DUEL_FROM)
             if stop:
-                s.unexplored.extend(f"{name}={v}: past the throughput plateau" for v in values[i + 1:])
+                where = "the throughput plateau" if value > current.settings[name] else "where fewer stopped gaining"
+                s.unexplored.extend(f"{name}={v}: past {where}" for v in values[i + 1:])
                 break
             if name == "num_workers" and (best.data_wait_frac() or 0.0) < MIN_DATA_WAIT:
                 break  # nothing left to wait for

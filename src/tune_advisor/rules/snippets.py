@@ -13,7 +13,8 @@ def dataloader(settings: dict[str, Any], cuda: bool) -> str:
     if cuda:
         args.append(f"pin_memory={settings['pin_memory']}")
     if settings["num_workers"] > 0:
-        args.append(f"persistent_workers={settings['persistent_workers']}")
+        if settings["persistent_workers"]:  # False is the DataLoader's default: not worth a line to copy
+            args.append("persistent_workers=True")
         if settings.get("prefetch_factor", 2) != 2:
             args.append(f"prefetch_factor={settings['prefetch_factor']}")
     text = "loader = DataLoader(dataset, shuffle=True, " + ", ".join(args) + ")"
