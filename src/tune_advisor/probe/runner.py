@@ -88,7 +88,8 @@ def start_probe(spec: ProbeSpec, workdir: Path, role: str = "", python: str = sy
     # The folder's path stays short: multiprocessing puts AF_UNIX sockets there (loader workers hand tensors over
     # through them), and a socket path over 108 bytes fails to bind, leaving the workers stuck.
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", _inductor_cache_dir())
-    env["TMPDIR"] = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{spec.id}-", dir=scratch_base())
+    sweep_scratch()
+    env["TMPDIR"] = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-{spec.id}-", dir=scratch_base())
 
     if spec.distributed:  # torchrun runs the child on every rank (distributed/launch.py); no zygote
         from ..distributed.launch import Torchrun
@@ -99,7 +100,26 @@ def start_probe(spec: ProbeSpec, workdir: Path, role: str = "", python: str = sy
     return Started(spec, workdir, role, child, result_path, log_path, Path(env["TMPDIR"]))
 
 
-SCRATCH_PREFIX = "ta-"
+SCRATCH_PREFIX = "ta-"  # then the pid of the process that started the probe, and the probe's id
+_swept = False
+
+
+def sweep_scratch() -> None:
+    """Once per process: remove the probe scratch folders of tune-advisor processes that no longer run (killed
+    with SIGKILL, or the machine lost power, before they could remove their own). A folder whose pid runs
+    again (reused) is left for a later sweep."""
+    global _swept
+    if _swept:
+        return
+    _swept = True
+    for folder in Path(scratch_base()).glob(SCRATCH_PREFIX + "*-*-*"):
+        pid = folder.name[len(SCRATCH_PREFIX):].split("-", 1)[0]
+        try:
+            ours = folder.is_dir() and folder.stat().st_uid == os.getuid()
+        except OSError:  # removed meanwhile
+            continue
+        if ours and pid.isdigit() and not psutil.pid_exists(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def scratch_base() -> str:
