@@ -636,6 +636,22 @@ def test_a_new_setting_is_screened_alone_when_a_pair_would_not_fit_or_changes_th
     assert runner.pairs == [("p004", "p005")]
 
 
+def test_a_pair_is_sized_on_the_line_through_the_measured_batches():
+    # GIVEN a CPU run whose memory is mostly loader worker processes (100 MiB, plus 1 MiB per 16 samples), and
+    # room for 250 MiB between the two sides of a pair
+    runner, clock = FakeRunner(lambda s: {"rate": 1000.0, "memory": (100 + s["batch_size"] // 16) * 2**20}), \
+        FakeClock()
+    runner.pair_memory_bytes = 250 * 2**20
+    session = Session(runner, clock=clock)
+    base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
+    session.run({**base.settings, "batch_size": 32}, "ladder:batch_size")
+    # WHEN batch 128 is measured against the baseline: in proportion to the batch it would need 808 MiB, on the
+    # line through 16 and 32 it needs 108
+    session.measure({**base.settings, "batch_size": 128}, "ladder:batch_size", base)
+    # THEN it was measured beside the baseline
+    assert runner.pairs == [("p003", "p004")]
+
+
 def test_out_of_memory_beside_the_reference_is_measured_again_alone_before_it_ends_the_ladder():
     # GIVEN a GPU-like runner with 220 MiB, pairs allowed while both estimated peaks fit in 198 MiB, and a model
     # whose memory grows faster than its batch: 16 MiB at batch 16, 32 at 32, 200 at 64 (more than estimated),

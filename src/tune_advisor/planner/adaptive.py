@@ -400,14 +400,8 @@ class AdaptivePlanner(Planner):
         """Why this batch would not fit, when a straight line through the measured peaks (same settings, other batch
         sizes) puts it over the memory budget: then it is not run."""
         budget = self.ctx.memory_budget_bytes
-        same = _without(settings, "batch_size")
-        points = sorted({p.settings["batch_size"]: p.peak_memory_bytes for p in self.session.probes
-                         if p.ok and p.peak_memory_bytes and _without(p.settings, "batch_size") == same}.items())
-        if not budget or len(points) < 2:
-            return None
-        (b0, m0), (b1, m1) = points[-2], points[-1]
-        predicted = m1 + (m1 - m0) / (b1 - b0) * (settings["batch_size"] - b1)
-        if predicted <= budget:
+        predicted = self.session.extrapolated_peak(settings) if budget else None
+        if predicted is None or predicted <= budget:
             return None
         return (f"predicted peak memory {predicted / 2**30:.2f} GiB is over the memory budget of "
                 f"{budget / 2**30:.2f} GiB")

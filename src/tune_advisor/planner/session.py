@@ -191,7 +191,7 @@ class Session:
         key = _key(settings)
         if key in self._by_settings:
             return self._by_settings[key]
-        if self._pairing(against, settings, _estimated_peak(against, settings)) is None:
+        if self._pairing(against, settings, self.estimated_peak(settings, against)) is None:
             return self.run(settings, role)
         _, result = self.duel(against, settings, (DUEL_ROLE, role))
         if result.status is Status.OOM:
@@ -209,6 +209,31 @@ class Session:
             return None
         return pair
 
+    def extrapolated_peak(self, settings: dict[str, Any]) -> float | None:
+        """The peak memory of `settings` on the straight line through the two largest batches measured with the
+        same other settings; None with fewer than two."""
+        same = _without_batch(settings)
+        points = sorted({p.settings["batch_size"]: p.peak_memory_bytes for p in self.probes
+                         if p.ok and p.peak_memory_bytes and _without_batch(p.settings) == same}.items())
+        if len(points) < 2:
+            return None
+        (b0, m0), (b1, m1) = points[-2], points[-1]
+        return m1 + (m1 - m0) / (b1 - b0) * (settings["batch_size"] - b1)
+
+    def estimated_peak(self, settings: dict[str, Any], reference: ProbeResult) -> float | None:
+        """The peak memory of `settings` before it ran: measured, or on the line through measured batches
+        (`extrapolated_peak`), or else `reference`'s scaled in proportion to the batch, which over-estimates
+        (the weights do not grow with it; on a CPU, neither do the loader workers' processes)."""
+        seen = self.seen(settings)
+        if seen is not None and seen.ok and seen.peak_memory_bytes:
+            return seen.peak_memory_bytes
+        line = self.extrapolated_peak(settings)
+        if line is not None:
+            return max(line, 0.0)
+        if not reference.peak_memory_bytes:
+            return None
+        return reference.peak_memory_bytes * max(1.0, settings["batch_size"] / reference.settings["batch_size"])
+
     def duel(self, reference: ProbeResult, candidate: ProbeResult | dict[str, Any],
              roles: tuple[str, str] = (DUEL_ROLE, DUEL_ROLE), first: int = 0) -> tuple[ProbeResult, ProbeResult]:
         """Measure both settings again (`candidate`: a probe, or settings not yet measured), together in
@@ -219,7 +244,7 @@ class Session:
             pair = self._pairing(reference, candidate.settings, candidate.peak_memory_bytes)
             candidate = candidate.settings
         else:
-            pair = self._pairing(reference, candidate, _estimated_peak(reference, candidate))
+            pair = self._pairing(reference, candidate, self.estimated_peak(candidate, reference))
         reference = reference.settings
         if pair is None:  # in turn, each recorded as it finishes (a resumed run replays them in this order)
             sides = (reference, candidate)
@@ -381,12 +406,8 @@ def together(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return all(a.get(k) == b.get(k) for k in ("num_workers", *knobs.LOADER_KNOBS))
 
 
-def _estimated_peak(reference: ProbeResult, settings: dict[str, Any]) -> int | None:
-    """The peak memory of `settings` before it ran, from a probe of the same settings at its batch size: scaled
-    in proportion to the batch, which over-estimates (the weights do not grow with it)."""
-    if not reference.peak_memory_bytes:
-        return None
-    return int(reference.peak_memory_bytes * max(1.0, settings["batch_size"] / reference.settings["batch_size"]))
+def _without_batch(settings: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in settings.items() if k != "batch_size"}
 
 
 def protocol_for(role: str, protocol: Protocol, left_s: float | None) -> Protocol:
