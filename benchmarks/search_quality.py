@@ -31,7 +31,7 @@ from tune_advisor import api, knobs, results
 from tune_advisor.errors import UsageError
 from tune_advisor.planner.session import pair_ratio, together
 from tune_advisor.probe import lockstep
-from tune_advisor.probe.result import ProbeResult, Status
+from tune_advisor.probe.result import ProbeResult
 from tune_advisor.probe.runner import run_probe
 from tune_advisor.probe.spec import ProbeSpec, Protocol
 
@@ -69,8 +69,7 @@ def remeasure(path: Path, reference: dict, candidate: dict, workdir: Path) -> di
     if reference == candidate:
         return {"median": 1.0, "low": 1.0, "high": 1.0, "rounds": [], "how": "same settings"}
     info = api.inspect(path, "cpu", workdir)
-    ref, cand = ProbeResult("ref", reference, Status.OK), ProbeResult("cand", candidate, Status.OK)
-    paired = together(ref, cand)
+    paired = together(reference, candidate)
     ratios = []
     for i in range(ROUNDS if paired else ROUNDS_IN_TURN):
         specs = [ProbeSpec(id=f"{side}{i + 1}", workload=str(info.path), settings=settings, device="cpu",
