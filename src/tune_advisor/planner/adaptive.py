@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import knobs
 from ..probe.result import ProbeResult
-from .session import DUEL_FROM, LOADER_DUEL_FROM, MIN_GAIN, PlanContext, Planner, Session
+from .session import DUEL_FROM, LOADER_DUEL_FROM, MIN_GAIN, PlanContext, Planner, Session, without
 
 MIN_DATA_WAIT = 0.03  # below this share of the step spent waiting for data, more loader workers cannot pay MIN_GAIN
 MIN_COPY_SHARE = 0.03  # likewise for host-to-device copies and pinned memory
@@ -278,7 +278,7 @@ class AdaptivePlanner(Planner):
             best = self._ladder("batch_size", current, [v for v in reversed(values) if v < start])
         f = self.frontier
         if (f and not listed and f["still_gaining"] and f["largest_ok"] == best.settings["batch_size"]
-                and f["settings"] == _without(best.settings, "batch_size")):
+                and f["settings"] == without(best.settings, "batch_size")):
             best = self.bisect(best)
         return best
 
@@ -393,7 +393,7 @@ class AdaptivePlanner(Planner):
             "still_gaining": still_gaining,
             # unknown when the first step up already failed: then only a probe can tell
             "last_step_gain": last_step_gain if last_step_gain is not None else 1 + MIN_GAIN,
-            "settings": _without(last_ok.settings, "batch_size"),
+            "settings": without(last_ok.settings, "batch_size"),
         }
 
     def _predicted_over_budget(self, settings: dict[str, Any]) -> str | None:
@@ -406,6 +406,3 @@ class AdaptivePlanner(Planner):
         return (f"predicted peak memory {predicted / 2**30:.2f} GiB is over the memory budget of "
                 f"{budget / 2**30:.2f} GiB")
 
-
-def _without(settings: dict[str, Any], name: str) -> dict[str, Any]:
-    return {k: v for k, v in settings.items() if k != name}

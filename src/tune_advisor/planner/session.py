@@ -199,7 +199,7 @@ class Session:
             result = self._by_settings[key] = self.run(settings, role, reuse=False)
         return result
 
-    def _pairing(self, reference: ProbeResult, settings: dict[str, Any], peak: int | None):
+    def _pairing(self, reference: ProbeResult, settings: dict[str, Any], peak: float | None):
         """The runner's lockstep pair for `reference` beside `settings` (whose probe peaks at `peak` bytes), or
         None where it cannot measure them together: no pairing runner (DDP, --executor ray), different loaders
         (see `together`), or both would not fit in memory at once (`runner.pair_memory_bytes`)."""
@@ -212,9 +212,9 @@ class Session:
     def extrapolated_peak(self, settings: dict[str, Any]) -> float | None:
         """The peak memory of `settings` on the straight line through the two largest batches measured with the
         same other settings; None with fewer than two."""
-        same = _without_batch(settings)
+        same = without(settings, "batch_size")
         points = sorted({p.settings["batch_size"]: p.peak_memory_bytes for p in self.probes
-                         if p.ok and p.peak_memory_bytes and _without_batch(p.settings) == same}.items())
+                         if p.ok and p.peak_memory_bytes and without(p.settings, "batch_size") == same}.items())
         if len(points) < 2:
             return None
         (b0, m0), (b1, m1) = points[-2], points[-1]
@@ -406,8 +406,9 @@ def together(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return all(a.get(k) == b.get(k) for k in ("num_workers", *knobs.LOADER_KNOBS))
 
 
-def _without_batch(settings: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in settings.items() if k != "batch_size"}
+def without(settings: dict[str, Any], name: str) -> dict[str, Any]:
+    """`settings` but for knob `name`."""
+    return {k: v for k, v in settings.items() if k != name}
 
 
 def protocol_for(role: str, protocol: Protocol, left_s: float | None) -> Protocol:
