@@ -102,6 +102,17 @@ def test_a_downward_ladder_says_where_fewer_stopped_gaining():
     assert not any("num_workers" in u and "plateau" in u for u in outcome.unexplored)
 
 
+def test_what_was_left_unexplored_is_listed_once():
+    # GIVEN a loader ladder that stops at the same plateau twice (re-opened after a batch change)
+    session = Session(FakeRunner(lambda s: 1000.0), clock=FakeClock())
+    six, eight = "num_workers=6: past the throughput plateau", "num_workers=8: past the throughput plateau"
+    session.unexplored.extend([six, eight])
+    session.unexplored.extend([six, "amp=bf16: over budget"])
+    session.unexplored.append(eight)
+    # THEN each entry is listed once, in the order first seen
+    assert session.unexplored == [six, eight, "amp=bf16: over budget"]
+
+
 def test_batch_ladder_stops_at_once_on_a_loss():
     # GIVEN throughput that doubles from 16 to 32 and falls 15% at 64 (a batch that overflows a cache)
     outcome, runner = run_plan(lambda s: 1000.0 * (2 if s["batch_size"] == 32 else 1.7 if s["batch_size"] > 32

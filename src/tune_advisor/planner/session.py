@@ -75,6 +75,18 @@ class Outcome:
 Runner = Callable[[str, dict[str, Any], str], ProbeResult]  # (probe id, settings, role) -> result
 
 
+class Unexplored(list):
+    """What the plan left unexplored, each entry once: a re-opened ladder stops at the same plateau again."""
+
+    def append(self, entry: str) -> None:
+        if entry not in self:
+            super().append(entry)
+
+    def extend(self, entries) -> None:
+        for entry in entries:
+            self.append(entry)
+
+
 class Session:
     """Runs probes through `runner`, numbers them, reuses identical settings, and keeps the wall-time budget.
 
@@ -100,7 +112,7 @@ class Session:
         self.reused: list[ProbeResult] = []
         self.discarded: list[ProbeResult] = []
         self.probes: list[ProbeResult] = []
-        self.unexplored: list[str] = []
+        self.unexplored: list[str] = Unexplored()
         self._by_settings: dict[tuple, ProbeResult] = {}
         self._duels: dict[tuple, list[tuple[ProbeResult, ProbeResult]]] = {}  # (reference, candidate) keys
         # candidate key -> (reference key, gain) of each change kept in a lockstep duel (see chained_gain)
