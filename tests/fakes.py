@@ -30,12 +30,18 @@ class FakeRunner:
         return self._measure(probe_id, settings, role, self.moment(settings, role))
 
     def pair(self, jobs: list[tuple[str, dict[str, Any], str]], first: int = 0) -> list[ProbeResult]:
-        """Both jobs in lockstep: the same moment for both, and as many steps."""
+        """Both jobs in lockstep: the same moment for both, and as many steps. As probe/lockstep.py does, a side
+        whose partner failed is `stopped`, with no measured step (the partner failed before its first)."""
         self.pairs.append((jobs[0][0], jobs[1][0]))
         results = [self._measure(*job, slowdown=1.0) for job in jobs]
+        failed = next((r for r in results if not r.ok), None)
         for side, result in enumerate(results):
-            if result.ok:
-                result.extra["lockstep"] = {"first": side == first, "stopped": "measured"}
+            partner = results[1 - side]
+            stopped = f"{failed.id} ended" if failed else "measured"
+            result.extra["lockstep"] = {"first": side == first, "stopped": stopped, "partner": partner.id}
+            if failed is not None and result.ok:
+                result.status, result.raw = Status.STOPPED, {k: [] for k in result.raw}
+                result.error = f"stopped: its lockstep partner {partner.id} ended ({partner.status.value})"
         return results
 
     def _measure(self, probe_id: str, settings: dict[str, Any], role: str, slowdown: float) -> ProbeResult:

@@ -11,8 +11,9 @@ from typing import Any
 
 from . import __version__
 from .errors import UsageError
+from .probe.result import Status
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: probe statuses "stopped" and "unsupported"
 
 
 def header(command: list[str], environment: dict, workload: dict) -> dict[str, Any]:
@@ -68,7 +69,7 @@ _SHAPE: dict[str, tuple[type, ...]] = {
     "recommended": (dict, _NULL), "speedup": (dict, _NULL), "probes": (list,), "findings": (list,),
     "notes": (list,), "plan": (dict,), "budget": (dict,), "run": (dict,),
 }
-_STATUSES = ("ok", "oom", "error", "timeout", "crashed", "diverged", "skipped")
+_STATUSES = tuple(status.value for status in Status)
 
 
 def read(path: Path) -> dict[str, Any]:

@@ -85,10 +85,30 @@ def test_a_side_that_crashes_mid_round_ends_it_with_its_status(tmp_path, spawned
     pair = specs(tmp_path, failing(tmp_path, "import os; os.abort()"))
     # WHEN the pair runs
     reference, candidate = lockstep.run_pair(pair, tmp_path, ["gate:reference", "gate:candidate"])
-    # THEN the candidate keeps its own status and cause, and the reference was stopped cleanly after it
+    # THEN the candidate keeps its own status and cause, and the reference was stopped cleanly after it: its
+    # steps are kept, but half a comparison is no verdict on its settings (stopped, not ok, not a failure)
     assert candidate.status is Status.CRASHED and "SIGABRT" in candidate.error and "failing.py" in candidate.error
-    assert reference.status is Status.OK and reference.extra["lockstep"]["stopped"] == "candidate-1 ended"
+    assert reference.status is Status.STOPPED and reference.extra["lockstep"]["stopped"] == "candidate-1 ended"
+    assert "partner candidate-1 ended (crashed) after 3 measured steps" in reference.error
     assert len(reference.step_s) == 3  # r c c r r c c: the candidate's 4th step never came back
+    assert reference.extra["lockstep"]["partner"] == "candidate-1" and candidate.paired_with == "reference-1"
+
+
+@pytest.mark.parametrize("failure, fail_at, status", [
+    ("raise RuntimeError('DefaultCPUAllocator: not enough memory: you tried to allocate 1 bytes')", 2, Status.OOM),
+    ("raise ValueError('bad batch')", 2, Status.ERROR),
+    ("import os; os.abort()", 1, Status.CRASHED),
+])
+def test_a_partner_that_fails_before_any_measured_step_leaves_a_stopped_side_without_figures(
+        tmp_path, spawned, failure, fail_at, status):
+    # GIVEN a candidate that fails in its warm-up (call 1) or its first measured step (call 2), moving first
+    pair = specs(tmp_path, failing(tmp_path, failure, fail_at=fail_at))
+    # WHEN the pair runs
+    reference, candidate = lockstep.run_pair(pair, tmp_path, ["recheck", "ladder:batch_size"], first=1)
+    # THEN the candidate has its own status, and the reference, which measured nothing, is never "ok"
+    assert candidate.status is status, candidate.error
+    assert reference.status is Status.STOPPED and not reference.ok and reference.step_s == []
+    assert f"partner candidate-1 ended ({status.value})" in reference.error
 
 
 def test_the_wall_clock_limit_kills_both_sides(tmp_path, spawned):
@@ -96,8 +116,12 @@ def test_the_wall_clock_limit_kills_both_sides(tmp_path, spawned):
     pair = specs(tmp_path, failing(tmp_path, "time.sleep(600)", fail_at=4), timeout_s=3)
     # WHEN the pair runs
     results = lockstep.run_pair(pair, tmp_path, ["gate:reference", "gate:candidate"])
-    # THEN both are timeouts at the limit, and no process of either is left
-    assert [r.status for r in results] == [Status.TIMEOUT, Status.TIMEOUT]
-    assert all("6 s limit of a lockstep side" in r.error for r in results)
+    # THEN the stuck side is a timeout at the limit, its partner stopped (not held against its settings), and no
+    # process of either is left
+    reference, candidate = results
+    assert [r.status for r in results] == [Status.STOPPED, Status.TIMEOUT]
+    assert "6 s limit of a lockstep side" in candidate.error
+    assert "partner candidate-1 ended (timeout) and this side was stopped with it" in reference.error
+    assert reference.extra["lockstep"]["stopped"] == "candidate-1 timed out"
     leftovers = [p for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
     assert leftovers == []

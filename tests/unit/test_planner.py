@@ -1,5 +1,9 @@
 """The planners against a fake runner: a table of configurations -> synthetic step times, in milliseconds."""
 
+import math
+
+import pytest
+
 from tune_advisor import knobs
 from tune_advisor.knobs import DeviceFacts, WorkloadFacts
 from tune_advisor.planner import PlanContext, Session, plan
@@ -681,6 +685,8 @@ def test_out_of_memory_beside_the_reference_is_measured_again_alone_before_it_en
         if sum(r.peak_memory_bytes or 0 for r in results) > 220 * 2**20:
             side = max((0, 1), key=lambda i: results[i].peak_memory_bytes or 0)
             results[side] = ProbeResult(jobs[side][0], jobs[side][1], Status.OOM, error="fake oom", role=jobs[side][2])
+            other = results[1 - side]  # as probe/lockstep.py leaves the partner of a failed side
+            other.status, other.raw, other.error = Status.STOPPED, {}, "stopped: its lockstep partner ended (oom)"
         return results
 
     def timed(probe_id, settings, role):
@@ -780,3 +786,51 @@ def test_probes_get_what_is_left_of_the_budget_as_their_limit():
     stopped.status, stopped.extra["budget_stopped"] = Status.TIMEOUT, True
     session._record(stopped)
     assert session.unexplored == ["amp=bf16: stopped when the budget ran out (p9)"]
+
+
+@pytest.mark.parametrize("failure", [Status.OOM, Status.CRASHED, Status.TIMEOUT, Status.ERROR])
+def test_a_partner_that_fails_leaves_its_recheck_stopped_and_the_run_goes_on(failure):
+    # GIVEN a model whose batch 64 fails (out of memory, a crash, a hang, an error), measured in lockstep beside
+    # the best (batch 32), whose recheck is then stopped with no measured step (as probe/lockstep.py leaves it)
+    def rate(s):
+        return failure if s["batch_size"] >= 64 else 1000.0 * (1.3 if s["batch_size"] == 32 else 1)
+
+    outcome, runner = run_plan(rate, workload=MLP, device=CPU_NO_BF16, lockstep=True, explore=("batch_size",),
+                               search={"batch_size": [16, 32, 64, 128]})
+    # THEN the run ends with a recommendation (no comparison divided by an empty window)
+    assert outcome.recommended.settings["batch_size"] == 32 and outcome.speedup["median"] > 1.2
+    stopped = [p for p in outcome.probes if p.status is Status.STOPPED]
+    assert stopped and all(p.role == "recheck" and not p.step_s for p in stopped)
+    # AND the failing batch's own status ended the ladder; out of memory beside a partner was first measured
+    # again alone (the pair held two probes' memory)
+    at_64 = [p for p in outcome.probes if p.settings["batch_size"] == 64]
+    alone = [failure] if failure is Status.OOM else []
+    assert [p.status for p in at_64] == [failure, *alone] and at_64[-1].paired_with == (None if alone else "p004")
+    assert any(f"stopped at batch_size=64: {failure.value}" in n for n in outcome.notes)
+
+
+def test_an_unmeasured_probe_has_no_rate_and_compares_as_unknown():
+    from tune_advisor.planner.session import window_rate
+
+    empty = ProbeResult("p009", knobs.full_settings(), Status.STOPPED, error="stopped before its first step")
+    assert math.isnan(window_rate(empty))
+    session = Session(FakeRunner(lambda s: 1000.0), clock=FakeClock())
+    base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
+    assert all(math.isnan(x) for x in session.gain(base, empty))
+
+
+def test_a_figure_measured_alone_is_never_compared_with_one_measured_beside_a_partner():
+    # GIVEN batch 32 measured only beside a partner in lockstep, and batch 64 only alone
+    runner = FakeRunner(lambda s: 1000.0 * s["batch_size"] / 16)
+    session = Session(runner, clock=FakeClock())
+    base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
+    a, b = runner.pair([("p002", base.settings, "recheck"), ("p003", {**base.settings, "batch_size": 32}, "knob")])
+    for result in (a, b):
+        session._record(result)
+    alone = session.run({**base.settings, "batch_size": 64}, "ladder:batch_size")
+    # THEN the two kinds of measure are not pooled: with none in common, their ratio is unknown
+    assert session.common_kind(b.settings, alone.settings) is None
+    assert all(math.isnan(x) for x in session.gain(b, alone))
+    # AND the baseline, measured both ways, is compared with 64 on the measures both have: alone
+    assert session.common_kind(base.settings, alone.settings) is False
+    assert session.gain(base, alone)[0] == pytest.approx(4.0, rel=0.05)

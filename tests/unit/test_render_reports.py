@@ -232,3 +232,39 @@ def test_charts_mark_the_oom_frontier_and_draw_gpu_data_when_present():
     assert "chart-timeline" in made and "power_w" in made["chart-timeline"].svg
     page = html.render(doc)
     assert "GPU util" in page and "87%" in page and "No GPU timeline" not in page
+
+
+def test_probes_stopped_by_the_budget_or_a_partner_and_unsupported_ones_are_not_failures(tmp_path):
+    # GIVEN a run with a probe the budget cut short, a recheck whose lockstep partner failed, a paired figure,
+    # and a bf16 probe that hit an operator without a bf16 kernel on this CPU
+    doc = golden("cnn")
+    first, second = copy.deepcopy(doc["probes"][0]), copy.deepcopy(doc["probes"][0])
+    budget = {**first, "id": "p090", "status": "stopped", "settings": {**first["settings"], "batch_size": 512},
+              "error": "stopped: the analysis budget (--budget) ran out 3.2 s into it; killed the probe's group",
+              "extra": {"budget_stopped": True}}
+    partner = {**second, "id": "p091", "status": "stopped", "role": "recheck",
+               "error": "stopped: its lockstep partner p092 ended (oom) after 0 measured steps of this side"}
+    paired = {**copy.deepcopy(first), "id": "p093", "extra": {"lockstep": {"partner": "p094"}}}
+    unsupported = {**copy.deepcopy(first), "id": "p095", "status": "unsupported",
+                   "settings": {**first["settings"], "amp": "bf16"},
+                   "error": "amp=bf16: the LSTM has no bf16 kernel on this CPU (oneDNN)"}
+    doc["probes"] += [budget, partner, paired, unsupported]
+    path = tmp_path / "results.json"
+    results.write_atomic(path, doc)
+    doc = results.read(path)  # the schema admits both statuses
+    # THEN no renderer lists them among failed probes, and each names them under its own heading
+    r = view.build(doc)
+    assert not {"p090", "p091", "p095"} & {row.id for row in r.failed}
+    assert [row.id for row in r.stopped] == ["p090", "p091"] and [row.id for row in r.unsupported] == ["p095"]
+    md = markdown.render(doc)
+    failed_md = md.split("### Failed probes")[1].split("###")[0] if "### Failed probes" in md else ""
+    assert "p090" not in failed_md and "budget (--budget) ran out" in md.split("### Stopped before a whole window")[1]
+    assert "no bf16 kernel" in md.split("### Unsupported on this machine")[1]
+    text = terminal_text(doc)
+    assert "budget (--budget) ran out" in text.split("Stopped before a whole window")[1]
+    assert "p090" not in text.split("Stopped before a whole window")[0]
+    page = html.render(doc)
+    assert re.search(r"Stopped before a whole window.*p090.*ran out.*p091.*partner p092", page, re.S)
+    assert re.search(r"Unsupported on this machine.*p095", page, re.S)
+    # AND a paired figure says whose partner it was
+    assert "beside p094" in page

@@ -27,6 +27,7 @@ DOCUMENTS = {
     "compile_loss": GOLDEN / "rules" / "synthetic_compile_loss.results.json",
     "ddp_gloo": GOLDEN / "ddp_gloo.results.json",  # a real DDP run: 2 ranks, gloo, 2-core CPU
     "ddp_straggler": GOLDEN / "rules" / "synthetic_ddp_straggler.results.json",
+    "unsupported_op": GOLDEN / "rules" / "synthetic_unsupported_op.results.json",  # cnn + one bf16 probe w/o kernel
 }
 GIB = 2**30
 
@@ -77,6 +78,7 @@ CASES = {
     "TA703": ("cnn", "io_bound"),
     "TA801": ("cnn", "io_bound"),
     "TA802": ("cuda_untuned", "cuda_fp16_dynamic"),
+    "TA803": ("unsupported_op", "cnn"),
     "TA301": ("cuda_untuned", "cuda_fp16_dynamic"),
 }
 
@@ -207,3 +209,10 @@ def test_cli_lists_and_explains_rules(cli):
     assert explained.exit_code == 0 and "How it is measured" in explained.output
     unknown = cli("rules", "TA999")
     assert unknown.exit_code == 2 and "valid codes" in unknown.output
+
+
+def test_ta803_explains_an_unsupported_probe_without_counting_it_a_failure():
+    found = findings("unsupported_op")
+    assert "LSTM (in Tagger) has no kernel here for amp=bf16 (p077)" in found["TA803"]["message"]
+    assert found["TA803"]["probes"] == ["p077"] and found["TA803"]["fix"]["settings"] == {}
+    assert "p077" not in (found.get("TA701") or {}).get("probes", [])

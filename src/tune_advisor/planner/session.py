@@ -206,8 +206,9 @@ class Session:
         if self._pairing(against, settings, self.estimated_peak(settings, against)) is None:
             return self.run(settings, role)
         _, result = self.duel(against, settings, (DUEL_ROLE, role))
-        if result.status is Status.OOM:
-            # the pair held two probes' memory: out of memory beside its reference is not out of memory alone
+        if result.status is Status.OOM or (result.status is Status.STOPPED and not result.extra.get("budget_stopped")):
+            # the pair held two probes' memory: out of memory beside its reference is not out of memory alone; and
+            # a side stopped because its partner failed has no verdict of its own yet
             result = self._by_settings[key] = self.run(settings, role, reuse=False)
         return result
 
@@ -305,10 +306,27 @@ class Session:
 
     # --- comparing, noise-aware ---------------------------------------------------------------------------------
 
-    def samples(self, settings: dict[str, Any]) -> tuple[list[float], list[float]]:
-        """Items and step times of every finished probe of these settings, pooled: re-checks add evidence."""
-        runs = [p for p in self.probes if p.ok and p.settings == settings]
+    def runs(self, settings: dict[str, Any], paired: bool | None = None) -> list[ProbeResult]:
+        """The finished probes of these settings with a measured window; `paired`: only those measured beside a
+        lockstep partner (True) or alone (False). The two kinds differ systematically (a partner's turns leave
+        the caches cold: one tiny model read 41,847 samples/s alone and 17,556 beside its partner), so they are
+        never mixed in one comparison."""
+        return [p for p in self.probes if p.ok and p.measured and p.settings == settings
+                and (paired is None or (p.paired_with is not None) == paired)]
+
+    def samples(self, settings: dict[str, Any], paired: bool = False) -> tuple[list[float], list[float]]:
+        """Items and step times of every finished probe of these settings of one kind, pooled: re-checks add
+        evidence."""
+        runs = self.runs(settings, paired)
         return [x for p in runs for x in p.items], [x for p in runs for x in p.step_s]
+
+    def common_kind(self, *settings: dict[str, Any]) -> bool | None:
+        """The kind of measure (paired: True, alone: False) that every one of `settings` has; alone where both
+        kinds do; None where none is common."""
+        for paired in (False, True):
+            if all(self.runs(s, paired) for s in settings):
+                return paired
+        return None
 
     def gain(self, reference: ProbeResult, candidate: ProbeResult) -> tuple[float, float, float]:
         """Throughput ratio candidate/reference: (median, ci_low, ci_high); NaNs when either failed. From their
@@ -319,15 +337,20 @@ class Session:
         duels = self._lockstep(reference, candidate)
         if duels:
             return pair_ratio(duels, waves=(reference.wave, candidate.wave))
-        runs = [[window_rate(p) for p in self.probes if p.ok and p.settings == side.settings]
-                for side in (reference, candidate)]
+        paired = self.common_kind(reference.settings, candidate.settings)
+        if paired is None:
+            return float("nan"), float("nan"), float("nan")
+        runs = [[window_rate(p) for p in self.runs(side.settings, paired)] for side in (reference, candidate)]
         if min(map(len, runs)) >= MIN_RUNS:  # enough separate runs to see how reproducible each side is
             return stats.runs_ratio_ci(*runs)
-        return stats.ratio_ci(*self.samples(reference.settings), *self.samples(candidate.settings), seed=0,
-                              waves=(reference.wave, candidate.wave))
+        return stats.ratio_ci(*self.samples(reference.settings, paired), *self.samples(candidate.settings, paired),
+                              seed=0, waves=(reference.wave, candidate.wave))
 
     def dueled(self, reference: ProbeResult, candidate: ProbeResult) -> bool:
-        return (_key(reference.settings), _key(candidate.settings)) in self._duels
+        """Whether the two were measured again together, both sides to the end (a pair whose one side failed
+        compared nothing)."""
+        duels = self._duels.get((_key(reference.settings), _key(candidate.settings)), [])
+        return any(a.ok and b.ok for a, b in duels)
 
     def beats(self, reference: ProbeResult, candidate: ProbeResult, duel_from: float = DUEL_FROM) -> bool:
         """A gain larger than the noise: at least MIN_GAIN, and the ratio's 95% CI excludes 1.
@@ -337,7 +360,9 @@ class Session:
         but inconclusive after it (loader-bound probes are bursty) earns another, up to MAX_DUELS, while the
         budget allows. Without the budget for one, the evidence so far decides."""
         median, low, _ = self.gain(reference, candidate)
-        if median != median or median < duel_from or (median >= CLEAR_GAIN and low >= 1 + MIN_GAIN):
+        unknown = median != median  # failed, or no measures of one kind (alone / paired) on both sides
+        if (unknown and not (reference.ok and candidate.ok)) or median < duel_from or (
+                median >= CLEAR_GAIN and low >= 1 + MIN_GAIN):
             return self._won(reference, candidate)
         for _ in range(MAX_DUELS - len(self._duels.get((_key(reference.settings), _key(candidate.settings)), []))):
             dueled = self.dueled(reference, candidate)
@@ -439,8 +464,8 @@ def protocol_for(role: str, protocol: Protocol, left_s: float | None) -> Protoco
 
 
 def window_rate(probe: ProbeResult) -> float:
-    """Items per second over the probe's measured window."""
-    return sum(probe.items) / sum(probe.step_s)
+    """Items per second over the probe's measured window (NaN without one)."""
+    return sum(probe.items) / sum(probe.step_s) if probe.measured else float("nan")
 
 
 def pair_ratio(pairs: list[tuple[ProbeResult, ProbeResult]],
@@ -450,7 +475,7 @@ def pair_ratio(pairs: list[tuple[ProbeResult, ProbeResult]],
     Pairs measured in lockstep have step k of one side next to step k of the other, so the bootstrap resamples
     the same blocks of steps on both sides and the moments they shared cancel. Pairs run one after the other
     (no `lockstep` in extra, or unequal step counts) are resampled independently."""
-    ok = [(a, b) for a, b in pairs if a.ok and b.ok]
+    ok = [(a, b) for a, b in pairs if a.ok and b.ok and a.measured and b.measured]
     if not ok:
         return float("nan"), float("nan"), float("nan")
     paired = all("lockstep" in a.extra and "lockstep" in b.extra and len(a.step_s) == len(b.step_s) for a, b in ok)

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import random
+import re
 import resource
 import sys
 import time
@@ -80,7 +81,50 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def classify(exc: BaseException, path: Path) -> tuple[Status, str]:
+# An operator with no kernel for the dtype or memory layout a knob asked for, on this machine: oneDNN's primitive
+# descriptors (e.g. no bf16 LSTM on CPUs without native bf16), ATen's dispatch ("not implemented for 'BFloat16'").
+UNSUPPORTED_PATTERNS = (
+    re.compile(r"could not create a primitive descriptor for (?:an? |the )?(?P<op>[\w ]+?)(?: forward| backward|"
+               r" primitive|$)", re.I),
+    re.compile(r"\"(?P<op>[\w:.]+)\" not implemented for '(?:BFloat16|Half|ComplexHalf)'"),
+    re.compile(r"(?P<op>[\w:.]+) (?:is )?not (?:implemented|supported) for (?:BFloat16|Half|bf16|fp16|float16|"
+               r"bfloat16|channels[_ ]last)", re.I),
+)
+# The knobs that change an operator's dtype or layout: only these can make a kernel go missing.
+KERNEL_KNOBS = {"amp": "off", "channels_last": False, "matmul_precision": "highest", "compile": "off"}
+
+
+def unsupported(exc: BaseException, settings: dict[str, Any]) -> str | None:
+    """Why the probe failed for want of a kernel here, naming the operator, the layer and the knob; None when
+    the failure is not that (or no knob asked for another dtype or layout: then it is the workload's own)."""
+    knobs_on = {k: settings[k] for k, off in KERNEL_KNOBS.items() if k in settings and settings[k] != off}
+    if not knobs_on:
+        return None
+    text = str(exc)
+    for pattern in UNSUPPORTED_PATTERNS:
+        match = pattern.search(text)
+        if match:
+            layer = _failing_layer(exc)
+            what = ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in knobs_on.items())
+            return (f"{match.group('op').strip()}{f' (in {layer})' if layer else ''} has no kernel here for {what}: "
+                    f"{text.strip().splitlines()[0][:300]}")
+    return None
+
+
+def _failing_layer(exc: BaseException) -> str | None:
+    """The innermost nn.Module whose forward was running when `exc` was raised, as "Name" or None."""
+    import torch
+
+    layer, tb = None, exc.__traceback__
+    while tb is not None:
+        owner = tb.tb_frame.f_locals.get("self")
+        if isinstance(owner, torch.nn.Module):
+            layer = type(owner).__name__
+        tb = tb.tb_next
+    return layer
+
+
+def classify(exc: BaseException, path: Path, settings: dict[str, Any] | None = None) -> tuple[Status, str]:
     """Map an exception to a probe status and a one-line cause naming the user's frame when there is one."""
     import torch
 
@@ -89,6 +133,9 @@ def classify(exc: BaseException, path: Path) -> tuple[Status, str]:
     summary = wl_mod.exception_summary(exc)
     line, func = wl_mod.user_frame(exc, path)
     where = f" ({path.name}:{line} in {func})" if line else ""
+    missing = unsupported(exc, settings or {})
+    if missing:
+        return Status.UNSUPPORTED, missing + where
     if "DataLoader worker" in str(exc):
         where += " in a DataLoader worker"
     if type(exc).__module__.startswith(("torch._dynamo", "torch._inductor")):
@@ -210,7 +257,7 @@ def run_probe(spec: ProbeSpec, phase: Phase, workdir: Path | None = None) -> dic
     except SystemExit as exc:
         out["status"], out["error"] = Status.ERROR.value, f"the workload called sys.exit({exc.code})"
     except BaseException as exc:  # noqa: BLE001 — any failure of user code is a probe outcome
-        status, message = classify(exc, path)
+        status, message = classify(exc, path, spec.settings)
         out["status"], out["error"] = status.value, message
     out["extra"]["child_wall_s"] = time.perf_counter() - started
     if "memory" not in out:  # a probe that got through its measured steps took its peaks then

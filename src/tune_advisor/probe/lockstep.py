@@ -36,12 +36,13 @@ import numpy as np
 
 from ..analysis.stats import wave_noise, wave_sums
 from . import runner
-from .result import ProbeResult
+from .result import ProbeResult, Status
 from .spec import ProbeSpec
 
 BEGIN, GO, STOP = b"w", b"g", b"s"
 READY = "ready"
 POLL_S = 0.25  # liveness checks without pidfds (not Linux >= 5.3)
+PARTNER_ENDED = "the other side of the lockstep pair ended first"
 
 
 class LockstepError(RuntimeError):
@@ -105,7 +106,7 @@ class Baton:
         self.epoch_steps = epoch_steps or 0
         word = self._read()
         if word == STOP:
-            raise LockstepError("stopped before it began: the other side of the lockstep pair ended first")
+            raise LockstepError(f"stopped before it began: {PARTNER_ENDED}")
         if word != BEGIN:
             raise LockstepError(f"expected the parent's {BEGIN!r}, got {word!r}")
         self.begun = time.perf_counter()
@@ -191,7 +192,8 @@ class _Ended(Exception):
 
 
 class _TimedOut(Exception):
-    pass
+    def __init__(self, side: int):
+        self.side = side  # the side whose line did not come in time
 
 
 class _Pair:
@@ -212,8 +214,9 @@ class _Pair:
 
         self.cap = max(protocol.max_steps, MIN_WAVES_AT_CAP * max(workers))
 
-    def conduct(self, first: int) -> str:
-        """Run the pair; returns why it stopped: "measured", "<id> ended" (the other side was stopped), "timeout"."""
+    def conduct(self, first: int) -> tuple[str, int | None]:
+        """Run the pair; returns why it stopped and the side that made it stop: ("measured", None), ("<id> ended",
+        side) (the other side was stopped), ("<id> timed out", side) (both killed)."""
         steps: list[list[float]] = [[], []]
         items: list[list[float]] = [[], []]
         try:
@@ -234,14 +237,14 @@ class _Pair:
         except _Ended as ended:
             for side in (0, 1):
                 self._stop(side)
-            return f"{self.probes[ended.side].spec.id} ended"
-        except _TimedOut:
-            for probe in self.probes:
-                probe.kill(timed_out=True)
-            return "timeout"
+            return f"{self.probes[ended.side].spec.id} ended", ended.side
+        except _TimedOut as late:
+            for side, probe in enumerate(self.probes):  # only the late side timed out; the other waited on it
+                probe.kill(timed_out=side == late.side)
+            return f"{self.probes[late.side].spec.id} timed out", late.side
         for side in (0, 1):
             self._stop(side)
-        return "measured"
+        return "measured", None
 
     def close(self) -> None:
         for fd in self.exit_fds:
@@ -293,7 +296,7 @@ class _Pair:
         while b"\n" not in channel.pending:
             remaining = self.deadline - time.monotonic()
             if remaining <= 0:
-                raise _TimedOut()
+                raise _TimedOut(side)
             ready, _, _ = select.select(watched, [], [], min(remaining, POLL_S) if polling else remaining)
             for other, probe in enumerate(self.probes):
                 fd = self.exit_fds[other]
@@ -358,7 +361,7 @@ def run_pair(specs: Sequence[ProbeSpec], workdir: Path, roles: Sequence[str], fi
             spec = dataclasses.replace(spec, lockstep=channels[-1].paths)
             probes.append(runner.start_probe(spec, workdir, role, slot=slot))  # a zygote each: both forked at once
         pair = _Pair(probes, channels, noise)
-        why = pair.conduct(first)
+        why, culprit = pair.conduct(first)
     except BaseException:  # Ctrl-C or a fault of ours: leave nothing running behind us
         for probe in probes:
             probe.kill()
@@ -372,8 +375,23 @@ def run_pair(specs: Sequence[ProbeSpec], workdir: Path, roles: Sequence[str], fi
             channel.close()
     results = [runner.finish_probe(probe) for probe in probes]
     for side, result in enumerate(results):
-        result.extra.setdefault("lockstep", {}).update(first=side == first, stopped=why)
+        partner = results[1 - side]
+        result.extra.setdefault("lockstep", {}).update(first=side == first, stopped=why, partner=partner.id)
+        if culprit is not None and side != culprit:
+            _stopped_by_partner(result, partner)
     return results
+
+
+def _stopped_by_partner(result: ProbeResult, partner: ProbeResult) -> None:
+    """The side of a pair whose partner failed: what it measured is half a comparison, neither its own verdict
+    nor a failure of its settings (SIGKILLed with its partner on a timeout, or stopped after a few steps)."""
+    result.extra.setdefault("lockstep", {})["partner_status"] = partner.status.value
+    if result.status in (Status.OK, Status.CRASHED, Status.STOPPED) or PARTNER_ENDED in (result.error or ""):
+        steps = len(result.step_s)
+        after = (f"after {steps} measured step{'s' if steps != 1 else ''} of this side"
+                 if result.status is Status.OK else "and this side was stopped with it")
+        result.status = Status.STOPPED
+        result.error = f"stopped: its lockstep partner {partner.id} ended ({partner.status.value}) {after}"
 
 
 def _pidfd(pid: int) -> int | None:

@@ -18,6 +18,9 @@ class Status(str, Enum):
     CRASHED = "crashed"  # died by a signal or exited without a result
     DIVERGED = "diverged"  # non-finite loss
     SKIPPED = "skipped"  # not applicable, or over budget
+    # Not failures, and never held against a knob:
+    STOPPED = "stopped"  # cut short before a whole window: the budget ran out, or its lockstep partner ended
+    UNSUPPORTED = "unsupported"  # an operator has no kernel here for the knob's dtype or layout (oneDNN, ...)
 
 
 @dataclass
@@ -40,6 +43,18 @@ class ProbeResult:
     @property
     def ok(self) -> bool:
         return self.status is Status.OK
+
+    @property
+    def measured(self) -> bool:
+        """Whether it has a measured window to read figures from."""
+        return bool(self.step_s) and sum(self.step_s) > 0
+
+    @property
+    def paired_with(self) -> str | None:
+        """The partner's probe id when measured in lockstep, step by step beside it (None: measured alone).
+        Figures of the two kinds differ systematically (the partner's turns leave the caches cold), so a
+        comparison never mixes them."""
+        return (self.extra.get("lockstep") or {}).get("partner")
 
     @property
     def wave(self) -> int:

@@ -52,9 +52,11 @@ class Started:
         self.sampler = TreeMemorySampler(child.pid)
         self.sampler.start()
         self.timed_out, self.killed = False, 0
+        self.kill_sent = False  # killed by us already: a later deadline does not make it a timeout
 
     def kill(self, timed_out: bool = False) -> None:
         """SIGKILL the child's process group; `timed_out`: because its wall-clock limit passed."""
+        self.kill_sent = True
         killed = kill_group(self.pid)
         if timed_out and not self.timed_out:
             self.timed_out, self.killed = True, killed
@@ -145,7 +147,7 @@ def wait_child(run: Started) -> ChildRun:
     phase_path = result_path.with_name(result_path.name + ".phase")
     try:
         if not child.wait_until(run.deadline):
-            run.kill(timed_out=True)
+            run.kill(timed_out=not run.kill_sent)  # one killed already (a lockstep partner's) may still be dying
             child.wait()
     except BaseException:  # Ctrl-C or any error here: leave nothing running behind us
         kill_group(child.pid)
@@ -346,19 +348,25 @@ def finish_probe(started: Started) -> ProbeResult:
     result.peak_memory_bytes = peak_memory(memory, spec.device)
 
     if run.timed_out:
-        result.status = Status.TIMEOUT
         where = f" (last phase: {run.phase})" if run.phase else ""
-        limit = (f"the {spec.limit_s:.1f} s left of the analysis budget (--budget)" if spec.budget_bound
-                 else f"the {spec.limit_s:g} s limit{' of a lockstep side' if spec.lockstep else ''}")
-        result.error = (f"no result within {limit}{where}; killed the probe's "
-                        f"process group ({run.killed} process{'es' if run.killed != 1 else ''})")
-        if spec.budget_bound:
+        killed = f"killed the probe's process group ({run.killed} process{'es' if run.killed != 1 else ''})"
+        if spec.budget_bound:  # the analysis ran out of time, not the probe: no verdict on its settings
+            result.status = Status.STOPPED
+            result.error = (f"stopped: the analysis budget (--budget) ran out {spec.limit_s:.1f} s into it{where}; "
+                            f"{killed}")
             result.extra["budget_stopped"] = True
+        else:
+            result.status = Status.TIMEOUT
+            limit = f"the {spec.limit_s:g} s limit{' of a lockstep side' if spec.lockstep else ''}"
+            result.error = f"no result within {limit}{where}; {killed}"
     elif run.result is None:
         from ..distributed.merge import failure  # a DDP job: which rank failed first, and why
 
         found = failure(workdir / f"{spec.id}.result.json", run.log_tail) if spec.distributed else None
         result.status, result.error = (Status(found[0]), found[1]) if found else classify_exit(run, spec)
+    if result.ok and not result.measured:  # e.g. a lockstep side stopped before its first step: no figure to read
+        result.status = Status.STOPPED
+        result.error = "stopped before its first measured step"
     return result
 
 

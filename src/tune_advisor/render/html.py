@@ -15,11 +15,12 @@ import jinja2
 from markupsafe import Markup
 
 from .. import __version__, knobs
+from ..probe.result import Status
 from . import charts as charts_mod
 from . import fmt, view
 
 output_file_extension = "html"
-STATUSES = ("ok", "oom", "error", "timeout", "crashed", "diverged", "skipped")
+STATUSES = tuple(status.value for status in Status)
 REPORT_SECTIONS = [("verdict", "Verdict"), ("settings", "Settings"), ("findings", "Findings"),
                    ("staircase", "Staircase"), ("probes", "Probes"), ("charts", "Charts"),
                    ("environment", "Environment"), ("budget", "Budget"), ("reproduce", "Reproduce")]

@@ -90,6 +90,12 @@ def render(document: Mapping[str, Any]) -> str:
         out += [f"- {escape(p.id)} {code(p.changed)}: **{escape(p.status)}**: {escape(p.error or 'no cause recorded')}"
                 for p in r.failed]
         out.append("")
+    for title, rows in (("Stopped before a whole window (not failures)", r.stopped),
+                        ("Unsupported on this machine", r.unsupported)):
+        if rows:
+            out += [f"### {title}", ""]
+            out += [f"- {escape(p.id)} {code(p.changed)}: {escape(p.error or 'no cause recorded')}" for p in rows]
+            out.append("")
     if r.unexplored:
         out += [f"Unexplored ({len(r.unexplored)}): " + escape("; ".join(r.unexplored)), ""]
     footer = (f"tune-advisor {escape(r.version or '?')} · {len(r.rows)} probes in "

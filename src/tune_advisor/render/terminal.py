@@ -103,6 +103,12 @@ def document_summary(document: dict[str, Any], console: Console, results_path=No
         for row in r.failed:
             console.print(f"  {escape(row.id)} {escape(row.changed)}: [red]{escape(row.status)}[/] — "
                           f"{escape(row.error)}", highlight=False)
+    for title, rows in (("Stopped before a whole window (not failures)", r.stopped),
+                        ("Unsupported on this machine", r.unsupported)):
+        if rows:
+            console.print(f"\n[bold]{title}[/]")
+            for row in rows:
+                console.print(f"  {escape(row.id)} {escape(row.changed)}: {escape(row.error)}", highlight=False)
     if r.skipped:
         console.print("\n[bold]Not applicable[/]")
         for row in r.skipped:

@@ -17,6 +17,8 @@ from .. import knobs
 from .fmt import fmt_bytes, fmt_ci, fmt_seconds, fmt_speedup, fmt_value
 
 FAILED = ("oom", "error", "timeout", "crashed", "diverged")
+# Neither failures nor verdicts on a knob: cut short (the budget, a lockstep partner), or no kernel on this machine.
+STOPPED, UNSUPPORTED = "stopped", "unsupported"
 
 # The order the staircase prefers when several orders are equally well measured: cheap per-step wins first
 # (precision, memory format), then the loader, then the knobs that change memory and optimisation.
@@ -69,6 +71,7 @@ class Row:
     wait_frac: float | None
     peak_memory: int | None
     gpu_util: float | None
+    partner: str | None = None  # measured step by step beside this probe (lockstep), not alone
     is_baseline: bool = False
     is_recommended: bool = False
 
@@ -123,6 +126,8 @@ class Report:
     rows: list[Row]
     failed: list[Row]
     skipped: list[Row]
+    stopped: list[Row]
+    unsupported: list[Row]
     notes: list[str]
     unexplored: list[str]
     decisions: list[str]  # the planner's reasons: what it kept, dropped or skipped, and why
@@ -179,6 +184,8 @@ def build(document: Mapping[str, Any]) -> Report:
         rows=rows,
         failed=[r for r in rows if r.status in FAILED],
         skipped=[r for r in rows if r.status == "skipped"],
+        stopped=[r for r in rows if r.status == STOPPED],
+        unsupported=[r for r in rows if r.status == UNSUPPORTED],
         notes=[str(n) for n in _list(doc.get("notes"))],
         unexplored=[str(u) for u in _list(budget.get("unexplored"))],
         decisions=[str(d) for d in _list(as_dict(doc.get("plan")).get("decisions"))],
@@ -257,9 +264,15 @@ def _row(p: dict, base_settings: dict, baseline, recommended) -> Row:
         wait_frac=as_num(p.get("data_wait_frac")),
         peak_memory=p.get("peak_memory_bytes") if as_num(p.get("peak_memory_bytes")) else None,
         gpu_util=_gpu_util(p.get("gpu")),
+        partner=_partner(p),
         is_baseline=baseline is not None and p.get("id") == baseline.get("id"),
         is_recommended=recommended is not None and p.get("id") == recommended.get("id"),
     )
+
+
+def _partner(p: dict) -> str | None:
+    partner = as_dict(as_dict(p.get("extra")).get("lockstep")).get("partner")
+    return str(partner) if partner else None
 
 
 def _finding(f: dict) -> Finding:

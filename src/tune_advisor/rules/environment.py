@@ -1,4 +1,4 @@
-"""TA8xx: environment — CPU threads against cores, GPU clock throttling."""
+"""TA8xx: environment — CPU threads against cores, GPU clock throttling, operators this machine has no kernel for."""
 
 from __future__ import annotations
 
@@ -102,3 +102,48 @@ def gpu_throttling(ctx: Context) -> Finding | None:
         gain = Gain.estimated(top / clock, "upper bound: max SM clock over the lowest clock seen while throttled")
     snippet = "# outside Python:\nnvidia-smi -q -d PERFORMANCE,CLOCK,POWER   # why the clocks are held down"
     return Finding(message, evidence, {}, snippet, gain, [p["id"] for p in throttled])
+
+
+@rule("TA803", "operator-unsupported-here", "info")
+def operator_unsupported_here(ctx: Context) -> Finding | None:
+    """A knob asked an operator for a dtype or memory layout this machine has no kernel for.
+
+    What it finds:
+        Probes with status `unsupported`: the probe child caught an error that names a missing kernel (oneDNN's
+        "could not create a primitive descriptor for the LSTM forward propagation primitive", ATen's
+        "\"addmm_impl_cpu_\" not implemented for 'BFloat16'") while a knob that changes dtypes or layouts
+        (amp, channels_last, matmul_precision, compile) was on. The probe's error names the operator, the
+        innermost layer that was running, and the knob.
+
+    Why it matters:
+        This is not a bug in the training code and not a crash: the setting cannot run on this machine (oneDNN
+        has no bf16 LSTM on CPUs without native bf16, for one). The knob is not held against the model; it is
+        simply not available here, and on another machine (a GPU, a CPU with AMX or avx512_bf16) it may be.
+
+    How it is measured:
+        The probe child matches the exception text against known missing-kernel messages, but only when a
+        dtype- or layout-changing knob was set (the same error with every such knob off is the workload's own
+        `error`); the innermost `nn.Module` in the traceback is the layer.
+
+    Fix:
+        Leave the knob off here, or keep the named layer out of it: run that layer in float32 under
+        `torch.autocast(..., enabled=False)` with its input cast by `.float()`, or give it contiguous input.
+
+    Example:
+        `amp=bf16 cannot run on this machine: LSTM (in Tagger) has no kernel here for amp=bf16 (p004)`
+    """
+    missing = [p for p in ctx.probes if p.get("status") == "unsupported"]
+    if not missing:
+        return None
+    causes = {}
+    for p in missing:
+        cause = str(p.get("error") or "no kernel for this setting")
+        causes.setdefault(cause.split(": ", 1)[0], []).append(p["id"])
+    message = "; ".join(f"{what} ({join(ids)})" for what, ids in causes.items())
+    evidence = {"probes": {p["id"]: p.get("error") for p in missing}}
+    snippet = ("# keep the layer without a kernel here out of autocast:\n"
+               "with torch.autocast(device_type=device.type, enabled=False):\n"
+               "    output = layer(inputs.float())")
+    gain = Gain.estimated(None, "the setting cannot run on this machine")
+    return Finding(f"not available on this machine: {message}", evidence, {}, snippet, gain,
+                   [p["id"] for p in missing])

@@ -5,7 +5,7 @@ The CUDA-only rules cannot fire on this CPU machine, and torch.compile does not 
 documents are hand-made: every change to the real document is listed in its "_synthetic" key. Their numbers are not
 measurements; real-GPU checks come later.
 
-    python tests/golden/rules/derive.py      # rewrites synthetic_cuda_*.results.json next to this file
+    python tests/golden/rules/derive.py      # rewrites synthetic_*.results.json next to this file
 """
 
 from __future__ import annotations
@@ -142,9 +142,23 @@ def compile_loss(real: dict) -> dict:
     return finish(doc, [f"{', '.join(changed)} (compile on): raw.loss scaled by 1.2"])
 
 
+def unsupported_op(real: dict) -> dict:
+    """One more probe, p077: the baseline's settings with amp=bf16, failed for want of a bf16 kernel."""
+    doc = copy.deepcopy(real)
+    p = copy.deepcopy(doc["probes"][0])
+    p.update(id="p077", role="knob:amp", status="unsupported", settings={**p["settings"], "amp": "bf16"},
+             error="LSTM (in Tagger) has no kernel here for amp=bf16: could not create a primitive descriptor for "
+                   "the LSTM forward propagation primitive (lstm_collate.py:41 in forward)",
+             throughput={"median": None, "ci_low": None, "ci_high": None, "unit": p["throughput"]["unit"]},
+             step_time_s={"median": None, "iqr": None, "samples": []}, raw={}, data_wait_frac=None)
+    doc["probes"].append(p)
+    return finish(doc, ["added p077: the baseline's settings with amp=bf16, status unsupported (no bf16 LSTM)"])
+
+
 def main() -> None:
     real = json.loads(SOURCE.read_text())
-    for name, make in (("synthetic_cuda_untuned", untuned), ("synthetic_cuda_fp16_dynamic", fp16_dynamic)):
+    for name, make in (("synthetic_cuda_untuned", untuned), ("synthetic_cuda_fp16_dynamic", fp16_dynamic),
+                       ("synthetic_unsupported_op", unsupported_op)):
         (HERE / f"{name}.results.json").write_text(json.dumps(make(real), indent=1, allow_nan=False) + "\n")
     compiled = json.loads(COMPILE_SOURCE.read_text())
     (HERE / "synthetic_compile_loss.results.json").write_text(
