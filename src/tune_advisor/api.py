@@ -29,6 +29,14 @@ DEFAULT_BUDGET_S = 15 * 60
 DEFAULT_PROBE_TIMEOUT_S = 120.0
 MIN_PROBE_S = 1.0  # a probe started at the budget's end (the confirmation) still gets this long
 INSPECT_TIMEOUT_S = 300.0
+FINISH_RESERVE_S = 3.0  # what the rules and the reports (charts included) take after the last probe
+CALIBRATION_SHARE = 0.1  # of the budget, at most, for measuring the machine's peaks (a first run per machine)
+
+
+def calibration_limit(budget_s: float | None) -> float:
+    """How long measuring the machine's peak FLOP/s may take: flops' own bound, or a tenth of a short budget."""
+    return flops.PEAK_TIMEOUT_S if budget_s is None else max(0.5, min(flops.PEAK_TIMEOUT_S,
+                                                                      CALIBRATION_SHARE * budget_s))
 
 
 @dataclass
@@ -212,7 +220,8 @@ def analyze(path: str | Path, *, out: str | Path | None = None, device: str = "a
         device = environment.resolve_device(device)
         layout = launch.check(nproc_per_node, nnodes, rdzv_endpoint, device)  # DDP probes through torchrun, or None
         pool = executors.create(executor, ray_address, device)  # None: probes run here, one at a time
-        info = inspect(path, device, out_dir / "probes")
+        info = inspect(path, device, out_dir / "probes",
+                       INSPECT_TIMEOUT_S if budget_s is None else min(INSPECT_TIMEOUT_S, budget_s))
         protocol = protocol or Protocol()
 
         import psutil
@@ -243,11 +252,9 @@ def analyze(path: str | Path, *, out: str | Path | None = None, device: str = "a
             earlier = previous.get("run", {}).get("resumed")
             document["run"]["resumed"] = list(earlier) if isinstance(earlier, list) else []
         saved = {id(result): entry for result, _, entry in finished}  # replayed probes are saved as they were
-        # The roofline for MFU: measured once per machine and cached; children only read the cache. That one-time
-        # calibration of the machine is not part of this analysis's budget.
-        calibrating = time.monotonic()
-        peaks, peaks_status = flops.ensure_peaks(device)
-        started += time.monotonic() - calibrating
+        # The roofline for MFU: measured once per machine and cached; children only read the cache. It counts
+        # against the budget like everything else the user waits for, so it gets a small share of it.
+        peaks, peaks_status = flops.ensure_peaks(device, timeout_s=calibration_limit(budget_s))
         document["environment"]["peaks"] = {"status": peaks_status, "flops_per_s": peaks}
         profiled = designate.ProfilePolicy(enabled=profile)  # the baseline and the recommended settings
         if not finished:  # when resuming, the file on disk keeps every finished probe until the replay is over
@@ -298,7 +305,9 @@ def analyze(path: str | Path, *, out: str | Path | None = None, device: str = "a
                 document["run"]["resumed"].append({"reused": [p.id for p in session.reused],
                                                    "discarded": [p.id for p in session.discarded]})
 
-        session = Session(runner, budget_s, on_probe=record, started=started,
+        # The budget ends when the last file is written: the planner stops where rules and reports still fit.
+        planning_s = None if budget_s is None else max(0.0, budget_s - FINISH_RESERVE_S)
+        session = Session(runner, planning_s, on_probe=record, started=started,
                           finished=[(result, elapsed) for result, elapsed, _ in finished])
         if on_start:
             on_start(info, session)

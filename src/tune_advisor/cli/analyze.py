@@ -19,6 +19,14 @@ from . import _common
 from ._common import EXIT_INTERRUPTED, command_line, err, handle_errors, out as stdout
 
 
+def best_so_far(session) -> str:
+    """The current best settings and their gain over the baseline, as the planner measured it so far."""
+    base, best = (session.baseline, session.best) if session is not None else (None, None)
+    if base is None or best is None or best.settings == base.settings or not (base.ok and best.ok):
+        return ""
+    return f"; best so far: {knobs.describe(best.settings, base.settings)} at {session.describe_gain(base, best)}"
+
+
 @handle_errors
 def command(
     file: Path = typer.Argument(..., help="The workload file (defines build_model() and build_dataset())."),
@@ -65,10 +73,10 @@ def command(
     show = not (quiet or json_out)
     started = time.monotonic()
     status = err.status("inspecting the workload…") if show else None
-    state = {"baseline": None, "n": 0}
+    state = {"baseline": None, "n": 0, "session": None}
 
     def on_start(info, session):
-        state["baseline"] = info.baseline
+        state["baseline"], state["session"] = info.baseline, session
         if show:
             err.print(f"[bold]{file}[/]: {info.facts.model_class}, {info.facts.parameters:,} parameters; "
                       f"baseline {knobs.brief(info.baseline)}")
@@ -78,7 +86,7 @@ def command(
         if status is not None:
             left = f", budget left {max(0.0, api.parse_duration(budget) - (time.monotonic() - started)):.0f} s"
             status.update(f"probe {state['n']} ({role}): {knobs.describe(settings, state['baseline'])} — "
-                          f"{time.monotonic() - started:.0f} s elapsed{left}")
+                          f"{time.monotonic() - started:.0f} s elapsed{left}{best_so_far(state['session'])}")
 
     def on_probe(result, session):
         if show:
