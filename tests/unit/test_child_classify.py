@@ -51,5 +51,6 @@ def test_the_same_message_with_every_dtype_knob_off_is_the_workloads_own_error()
 
 
 def test_other_failures_keep_their_status_under_a_dtype_knob():
-    assert classify(raised("DefaultCPUAllocator: can't allocate memory"), Path("t.py"), {"amp": "bf16"})[0] is Status.OOM
+    oom = raised("DefaultCPUAllocator: can't allocate memory")
+    assert classify(oom, Path("t.py"), {"amp": "bf16"})[0] is Status.OOM
     assert classify(raised("shapes cannot be multiplied"), Path("t.py"), {"amp": "bf16"})[0] is Status.ERROR

@@ -32,3 +32,14 @@ def test_steps_slower_than_projected_stop_at_the_time_limit():
 def test_without_a_known_epoch_the_protocol_alone_decides():
     window = EpochWindow(None, 200, 3.0)  # no loader workers, or an IterableDataset without len
     assert not window.done(False, 33, 0.5) and window.done(True, 34, 0.6)
+
+
+def test_short_of_an_epoch_the_window_still_ends_on_whole_loader_waves():
+    # GIVEN 2 loader workers (a wave of 2 steps holds one wait for data), no known epoch, the protocol met at 13
+    window = EpochWindow(None, 200, 3.0, wave=2)
+    # THEN it measures one more step, to 14: 7 whole waves, so as many waits as batches' worth of waves
+    assert not window.done(True, 13, 1.0) and window.done(True, 14, 1.08)
+    # AND an epoch boundary, when near, decides over the waves (a whole epoch holds whole waves of its own)
+    assert not EpochWindow(64, 200, 3.0, wave=3).done(True, 32, 0.5)
+    # AND whole waves past the factor of the step cap are not measured
+    assert EpochWindow(None, 4, 3.0, wave=8).done(True, 5, 0.2)

@@ -14,16 +14,18 @@ def spec(**kw):
 
 def test_a_failing_profiled_step_is_a_note_and_its_loss_is_not_kept(tmp_path):
     # GIVEN three measured losses, then a profiled step whose loss turns non-finite
-    out = {"raw": {"loss": [2.3, 2.2, 2.1]}, "extra": {}}
+    out = {"raw": {"loss": [2.3, 2.2, 2.1], "loss_step": [3, 4, 5]}, "extra": {}}
 
     def step(i):
         out["raw"]["loss"].append(None)
+        out["raw"]["loss_step"].append(6 + i)
         raise child.Diverged("loss became nan at step 9")
 
     status = child._collect_profile(spec(profile=True), out, tmp_path, step)
     # THEN the collector says so, the measured losses are untouched, and no profile or trace is left
     assert status == "error: Diverged: loss became nan at step 9"
-    assert out["raw"]["loss"] == [2.3, 2.2, 2.1] and "profile" not in out["extra"]
+    assert out["raw"]["loss"] == [2.3, 2.2, 2.1] and out["raw"]["loss_step"] == [3, 4, 5]
+    assert "profile" not in out["extra"]
     assert not list(tmp_path.iterdir())
 
 

@@ -452,11 +452,13 @@ def test_a_real_gain_hidden_by_a_slow_moment_is_found_by_a_lockstep_pair():
     outcome, runner = run_plan(lambda s: 1000.0 * (1.12 if s["amp"] == "bf16" else 1.0), workload=MLP,
                                search={"batch_size": [16]}, device=CPU_AMP_ONLY, lockstep=True,
                                moment=lambda s, role: 0.85 if s["amp"] == "bf16" and role == "knob:amp" else 1.0)
-    # THEN its one pair beside the baseline found the gain, and the confirmation (two more pairs) measured it
+    # THEN its one pair beside the baseline found the gain, its ablation (one pair) kept it, and the confirmation
+    # (two more pairs) measured it
     assert outcome.recommended.settings["amp"] == "bf16"
     assert any(d.startswith("amp: kept amp=bf16 (1.1") and "in lockstep" in d for d in outcome.decisions)
+    assert [a["knob"] for a in outcome.ablation if a["kept"]] == ["amp"]
     assert 1.09 < outcome.speedup["median"] < 1.15 and outcome.speedup["ci_low"] > 1.03
-    assert "lockstep" in outcome.speedup["method"] and len(runner.pairs) == 3
+    assert "lockstep" in outcome.speedup["method"] and len(runner.pairs) == 4
 
 
 def test_clear_cases_are_decided_without_a_duel():
@@ -492,7 +494,8 @@ def test_without_lockstep_the_duel_runs_one_probe_after_the_other():
     confirm = [(p.role, p.settings["amp"]) for p in outcome.probes if p.role.startswith("confirm")]
     assert confirm == [("confirm:baseline", "off"), ("confirm:recommended", "bf16"),
                        ("confirm:recommended", "bf16"), ("confirm:baseline", "off")]
-    assert outcome.speedup["method"] == "baseline and recommended re-measured interleaved, 2 rounds"
+    assert outcome.speedup["method"] == ("baseline and recommended measured one after the other, in alternating "
+                                         "order, 2 rounds")
     assert runner.pairs == []
 
 
@@ -710,7 +713,7 @@ def test_knobs_option_limits_what_the_planner_explores():
     assert knobs.describe(outcome.recommended.settings, outcome.baseline.settings) == "batch_size=64"
     assert tried(runner, "amp") == ["off"] and tried(runner, "channels_last") == [False]
     assert {p.role for p in outcome.probes} <= {"baseline", "ladder:batch_size", "recheck", "confirm:baseline",
-                                                 "confirm:recommended"}
+                                                 "confirm:recommended", "ablate:with", "ablate:batch_size"}
     assert outcome.decisions[0] == "exploring only num_workers, batch_size (--knobs)"
 
 
@@ -736,7 +739,10 @@ def test_a_gain_still_inconclusive_after_a_duel_earns_more_up_to_three():
     # THEN one duel could not tell, so two more were run, and the pooled samples kept bf16
     rechecks = [p.settings["amp"] for p in outcome.probes if p.role == "recheck"]
     assert rechecks == ["off", "bf16", "bf16", "off", "off", "bf16"]  # who runs first alternates
-    assert outcome.recommended.settings["amp"] == "bf16"
+    assert any(d.startswith("amp: kept amp=bf16") for d in outcome.decisions)
+    # AND its ablation (one more duel in turn, pooled with the rest) kept it too; with steps this noisy the two
+    # rounds of the confirmation decide on their own whether the baseline stays recommended
+    assert [(a["knob"], a["kept"]) for a in outcome.ablation] == [("amp", True)]
 
 
 def test_with_three_runs_a_side_their_spread_not_the_steps_measures_the_noise():
@@ -834,3 +840,25 @@ def test_a_figure_measured_alone_is_never_compared_with_one_measured_beside_a_pa
     # AND the baseline, measured both ways, is compared with 64 on the measures both have: alone
     assert session.common_kind(base.settings, alone.settings) is False
     assert session.gain(base, alone)[0] == pytest.approx(4.0, rel=0.05)
+
+
+def test_the_ablation_drops_a_knob_below_the_minimum_gain_and_records_each_contribution():
+    # GIVEN bf16 25% faster and the fused optimizer 1% faster (below the 3% minimum), and the grid, which picks
+    # the fastest single probe: bf16 with fused
+    def rate(s):
+        return 1000.0 * (1.25 if s["amp"] == "bf16" else 1.0) * (1.01 if s["optimizer_impl"] == "fused" else 1.0)
+
+    fused = WorkloadFacts(dataset_len=10_000, optimizer_class="AdamW", optimizer_impls=("foreach", "fused"))
+    outcome, runner = run_plan(rate, workload=fused, search={"amp": ["off", "bf16"], "optimizer_impl": [
+        "default", "fused"]}, device=CPU_AMP_ONLY, lockstep=True, strategy="grid", jitter=0.002)
+    # THEN the ablation measured each changed knob beside the winner without it, in lockstep, and kept only bf16
+    by_knob = {a["knob"]: a for a in outcome.ablation}
+    assert set(by_knob) == {"amp", "optimizer_impl"}
+    assert not by_knob["optimizer_impl"]["kept"] and by_knob["amp"]["kept"]
+    assert by_knob["optimizer_impl"]["contribution"]["median"] == pytest.approx(1.01, abs=0.01)
+    assert by_knob["amp"]["contribution"]["median"] == pytest.approx(1.25, rel=0.03)
+    assert {a["method"] for a in outcome.ablation} == {"in lockstep"}
+    rec = outcome.recommended.settings
+    assert rec["amp"] == "bf16" and rec["optimizer_impl"] == "default"
+    assert any("optimizer_impl=fused was dropped from the recommendation" in n for n in outcome.notes)
+    assert outcome.plan_summary()["ablation"] == outcome.ablation

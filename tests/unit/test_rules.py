@@ -216,3 +216,18 @@ def test_ta803_explains_an_unsupported_probe_without_counting_it_a_failure():
     assert "LSTM (in Tagger) has no kernel here for amp=bf16 (p077)" in found["TA803"]["message"]
     assert found["TA803"]["probes"] == ["p077"] and found["TA803"]["fix"]["settings"] == {}
     assert "p077" not in (found.get("TA701") or {}).get("probes", [])
+
+
+@pytest.mark.parametrize("median, low, high, says", [
+    (1.12, 1.08, 1.16, "trains 1.12x [1.08, 1.16] faster"),
+    (1.01, 0.98, 1.03, "did not train faster: 1.01x [0.98, 1.03]"),
+])
+def test_ta504_quotes_the_ablations_figure_for_the_compile_mode_it_measured(median, low, high, says):
+    # GIVEN the planner's ablation measured compile=default beside the recommendation without it
+    doc = load("compile_varlen")
+    doc["plan"] = {"ablation": [{"knob": "compile", "value": "default", "without": "off", "probes": ["p009", "p010"],
+                                 "contribution": {"median": median, "ci_low": low, "ci_high": high},
+                                 "kept": low > 1.0, "method": "in lockstep"}]}
+    # THEN TA504 states that figure (one comparison, one figure), not its own from separate probes (0.30x here)
+    found = {f["code"]: f for f in evaluate(doc)}["TA504"]
+    assert says in found["message"] and found["gain"]["speedup"]["median"] == median

@@ -37,6 +37,8 @@ def merge(ranks: list[dict[str, Any]]) -> dict[str, Any]:
         # DDP averages gradients, not losses: the job's loss is the ranks' mean (null once any is non-finite)
         "loss": [sum(ls) / len(ls) if None not in ls else None for ls in losses],
     }
+    if all("loss_step" in raw for raw in raws):  # every rank runs the same global steps: rank 0's stand for all
+        raw["loss_step"] = raws[0]["loss_step"][:n]
     first = ranks[0]
     merged = {key: first.get(key) for key in ("status", "error", "unit", "applied", "gpu")}
     merged["raw"] = raw

@@ -4,8 +4,8 @@ Each round it asks, of the current best probe, how much each knob could still ga
 probe measured (the share of the step spent waiting for data or copying to the device, whether the batch ladder hit a
 memory limit) — and explores the most promising knob on top of the current best. Knobs that cannot pay the minimum
 gain are skipped, with the reason. A change is kept only if it beats the current best beyond the noise.
-Kept changes re-open the knobs they interact with (INTERACTIONS). The plan ends with the confirmation: baseline and
-winner re-measured interleaved.
+Kept changes re-open the knobs they interact with (INTERACTIONS). The plan ends with the ablation (each changed
+knob measured beside the winner without it) and the confirmation: baseline and winner measured again side by side.
 """
 
 from __future__ import annotations

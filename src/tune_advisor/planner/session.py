@@ -16,8 +16,9 @@ from .. import knobs
 from ..analysis import parity, stats
 from ..probe.result import ProbeResult, Status
 from ..probe.spec import Protocol
+from . import ablation
+from .keep import DUEL_ROLE, MIN_GAIN, together, without
 
-MIN_GAIN = 0.03  # a change must beat its reference by 3% (and its ratio CI must exclude 1) to be kept
 # Separate probes a few seconds apart can run in different speed states of the machine (this 2-core VM swings about
 # 30% for seconds at a time), so their ratio alone does not decide a change between these bounds: a probe pair
 # measured in lockstep (Session.duel) does. Below DUEL_FROM the change is dropped; from a median of CLEAR_GAIN it
@@ -38,7 +39,7 @@ SCREENING_ROLES = ("knob:", "ladder:", "bisect:")
 # duel in turn adds one run to each side's runs, whose spread measures the noise (a loader-bound probe would
 # otherwise extend to its cap: io_bound's 16 against 32 workers took 6.0 + 9.8 s).
 DUEL_MAX_S = 4.0
-DUEL_ROLE = "recheck"
+ABLATION_START_S = 2.0  # a lockstep side's start and warm-up, beyond its measured window
 CONFIRM_RESERVE = 2 * CONFIRM_ROUNDS  # probes kept back from the budget for the confirmation
 # The confirmation may run this far past --budget (the contract is "within 10%"): it is what the recommendation
 # rests on, and its probes' wall times vary with the machine's speed. Exploring probes stop where it must begin.
@@ -66,10 +67,12 @@ class Outcome:
     notes: list[str] = field(default_factory=list)
     decisions: list[str] = field(default_factory=list)  # why each knob was kept, dropped or skipped
     frontier: dict[str, Any] | None = None  # the batch-size memory frontier, when one was found
+    ablation: list[dict[str, Any]] = field(default_factory=list)  # each changed knob's measured contribution
 
     def plan_summary(self) -> dict[str, Any]:
         """The `plan` object of results.json."""
-        return {"strategy": self.strategy, "decisions": list(self.decisions), "frontier": self.frontier}
+        return {"strategy": self.strategy, "decisions": list(self.decisions), "frontier": self.frontier,
+                "ablation": list(self.ablation)}
 
 
 Runner = Callable[[str, dict[str, Any], str], ProbeResult]  # (probe id, settings, role) -> result
@@ -178,7 +181,10 @@ class Session:
         if self.baseline is None:
             return CONFIRM_RESERVE * self.typical_probe_s()
         best = self.best if self.best is not None else self.baseline
-        return CONFIRM_ROUNDS * (_plain_wall(self.baseline) + _plain_wall(best))
+        confirming = CONFIRM_ROUNDS * (_plain_wall(self.baseline) + _plain_wall(best))
+        # the ablation: one pair per changed knob, each side measuring at most DUEL_MAX_S beyond its start-up
+        pair_s = 2 * min(_plain_wall(best), DUEL_MAX_S + ABLATION_START_S)
+        return confirming + pair_s * len(ablation.ablatable(self.baseline.settings, best.settings))
 
     def seen(self, settings: dict[str, Any]) -> ProbeResult | None:
         return self._by_settings.get(_key(settings))
@@ -349,8 +355,8 @@ class Session:
     def dueled(self, reference: ProbeResult, candidate: ProbeResult) -> bool:
         """Whether the two were measured again together, both sides to the end (a pair whose one side failed
         compared nothing)."""
-        duels = self._duels.get((_key(reference.settings), _key(candidate.settings)), [])
-        return any(a.ok and b.ok for a, b in duels)
+        ref, cand = _key(reference.settings), _key(candidate.settings)
+        return any(a.ok and b.ok for a, b in self._duels.get((ref, cand), []) + self._duels.get((cand, ref), []))
 
     def beats(self, reference: ProbeResult, candidate: ProbeResult, duel_from: float = DUEL_FROM) -> bool:
         """A gain larger than the noise: at least MIN_GAIN, and the ratio's 95% CI excludes 1.
@@ -408,8 +414,10 @@ class Session:
         return float(np.exp(centre)), float(np.exp(centre - half)), float(np.exp(centre + half))
 
     def _lockstep(self, reference: ProbeResult, candidate: ProbeResult) -> list | None:
-        """The lockstep duels of these two, if every one of them ran in lockstep."""
-        duels = self._duels.get((_key(reference.settings), _key(candidate.settings)))
+        """The lockstep duels of these two as (reference, candidate) pairs, whichever side each was run as, if
+        every one of them ran in lockstep."""
+        ref, cand = _key(reference.settings), _key(candidate.settings)
+        duels = self._duels.get((ref, cand), []) + [(b, a) for a, b in self._duels.get((cand, ref), [])]
         return duels if duels and all("lockstep" in r.extra for pair in duels for r in pair) else None
 
     def describe_gain(self, reference: ProbeResult, candidate: ProbeResult, chained: bool = False) -> str:
@@ -435,19 +443,6 @@ class Session:
             self.on_probe(result)
 
 
-def together(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Whether a lockstep pair compares these two settings fairly: only with the same loader. The side waiting for
-    its turn is paused (SIGSTOP) with its loader workers, but the I/O they wait on goes on, so batches come ready during
-    the other side's turn: that favours the side with more workers, and lockstep measures the step, not the
-    loader. Loader changes are large or nothing, and are measured one after the other."""
-    return all(a.get(k) == b.get(k) for k in ("num_workers", *knobs.LOADER_KNOBS))
-
-
-def without(settings: dict[str, Any], name: str) -> dict[str, Any]:
-    """`settings` but for knob `name`."""
-    return {k: v for k, v in settings.items() if k != name}
-
-
 def protocol_for(role: str, protocol: Protocol, left_s: float | None) -> Protocol:
     """The measurement protocol of a probe of `role`: screening probes measure at most SCREEN_MAX_S, a duel's
     at most DUEL_MAX_S, and every probe stops extending its measurement in time to leave a result within
@@ -455,7 +450,7 @@ def protocol_for(role: str, protocol: Protocol, left_s: float | None) -> Protoco
     cap = protocol.max_time_s
     if role.startswith(SCREENING_ROLES):
         cap = min(cap, SCREEN_MAX_S)
-    elif role == DUEL_ROLE:
+    elif role == DUEL_ROLE or role.startswith(ablation.ROLE):
         cap = min(cap, DUEL_MAX_S)
     if left_s is not None:
         cap = min(cap, left_s / 2)
@@ -517,7 +512,8 @@ def confirm(session: Session, base: ProbeResult, winner: ProbeResult,
             return base, None
     median, low, high = pair_ratio(finished, waves=(base.wave, winner.wave))
     lockstep = all("lockstep" in r.extra for pair in finished for r in pair)
-    how = "measured together in lockstep, step by step" if lockstep else "re-measured interleaved"
+    how = ("measured together in lockstep, step by step" if lockstep
+           else "measured one after the other, in alternating order")
     speedup = {"median": median, "ci_low": low, "ci_high": high,
                "method": f"baseline and recommended {how}, {len(finished)} round{'s' if len(finished) != 1 else ''}",
                "probes": [r.id for pair in rounds for r in pair]}
@@ -540,6 +536,7 @@ class Planner:
         self.decisions: list[str] = []
         self.frontier: dict[str, Any] | None = None
         self.loss_changed: dict[tuple, str] = {}  # numeric knob values found to change the loss -> why
+        self.ablation: list[dict[str, Any]] = []  # each changed knob's measured contribution (planner/ablation.py)
 
     def changes_loss(self, result: ProbeResult) -> str | None:
         """Why `result` must not be recommended because its numeric knobs (AMP, compile, matmul precision) changed
@@ -554,7 +551,8 @@ class Planner:
         key = tuple(sorted(changes.items()))
         if key not in self.loss_changed:
             reference = self.session.seen(parity.reference_settings(result.settings))
-            found = (parity.compare(reference.raw.get("loss", []), result.raw.get("loss", []))
+            # At the same global steps: a compiled probe warms up longer, so its measured steps start later.
+            found = (parity.compare_probes(reference, result)
                      if reference is not None and reference.ok else None)
             if found is not None and not found.ok:
                 self.loss_changed[key] = parity.describe(changes, found) + f" ({reference.id} vs {result.id})"
@@ -574,6 +572,10 @@ class Planner:
         winner = self.search(base)
         if winner is base or winner.settings == base.settings:
             return self.outcome(base, base, None)
+        self.session.best = winner
+        winner, self.ablation = ablation.ablate(self.session, base, winner, self.notes, self.decisions)
+        if winner.settings == base.settings:
+            return self.outcome(base, base, None)
         recommended, speedup = confirm(self.session, base, winner, self.notes)
         return self.outcome(base, recommended, speedup)
 
@@ -584,4 +586,4 @@ class Planner:
     def outcome(self, base: ProbeResult, recommended: ProbeResult, speedup: dict[str, Any] | None) -> Outcome:
         s = self.session
         return Outcome(self.strategy, base, recommended, speedup, s.probes, s.unexplored, self.notes,
-                       self.decisions, self.frontier)
+                       self.decisions, self.frontier, self.ablation)

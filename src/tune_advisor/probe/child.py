@@ -247,7 +247,7 @@ def _safe_len(dataset) -> int | None:
 def run_probe(spec: ProbeSpec, phase: Phase, workdir: Path | None = None) -> dict[str, Any]:
     """Measure one configuration; never raises (a failure is a status). A profiler trace goes to `workdir`."""
     started = time.perf_counter()
-    raw: dict[str, list] = {"step_s": [], "data_wait_s": [], "h2d_s": [], "items": [], "loss": []}
+    raw: dict[str, list] = {"step_s": [], "data_wait_s": [], "h2d_s": [], "items": [], "loss": [], "loss_step": []}
     out: dict[str, Any] = {"status": Status.OK.value, "error": None, "raw": raw, "applied": {}, "extra": {}}
     path = Path(spec.workload)
     try:
@@ -374,6 +374,7 @@ def _measure(spec: ProbeSpec, phase: Phase, out: dict[str, Any], workdir: Path |
             evidence.after_first_step(host_batch, batch, loader, batches)
         if not math.isfinite(value):
             raw["loss"].append(None)  # JSON has no NaN: a non-finite loss is recorded as null
+            raw["loss_step"].append(step)
             kind = "warm-up " if not record else ""
             raise Diverged(f"loss became {value} at {kind}step {step + 1}")
         if record:
@@ -382,6 +383,9 @@ def _measure(spec: ProbeSpec, phase: Phase, out: dict[str, Any], workdir: Path |
             raw["h2d_s"].append(t2 - t1)
             raw["items"].append(_count_items(wl, host_batch))
             raw["loss"].append(value)
+            # The global step (warm-up counted): probes warm up for different counts, and loss parity must compare
+            # the losses of the same training step (analysis/parity.py).
+            raw["loss_step"].append(step)
             if epochs != epoch:
                 epoch_starts.append(len(raw["step_s"]) - 1)
             sample_shapes.add(_sample_shape(host_batch))
@@ -428,7 +432,7 @@ def _measure(spec: ProbeSpec, phase: Phase, out: dict[str, Any], workdir: Path |
     # The noise of a loader-fed step is judged over waves of num_workers steps (analysis.stats.wave_noise), so the
     # step cap is counted in waves too: a busy loader gets as many waves to settle as a single process gets steps.
     max_steps = max(proto.max_steps, MIN_WAVES_AT_CAP * settings["num_workers"])
-    window = EpochWindow(epoch_steps, max_steps, proto.max_time_s)
+    window = EpochWindow(epoch_steps, max_steps, proto.max_time_s, wave=settings["num_workers"])
 
     phase("measuring")
     me = psutil.Process()
@@ -523,13 +527,13 @@ def _collect_profile(spec: ProbeSpec, out: dict[str, Any], workdir: Path | None,
     """`extra.profile`: torch.profiler over a few extra steps; the gzipped trace goes next to the result."""
     from ..collectors import profiler
 
-    losses = out["raw"]["loss"]
+    losses, loss_steps = out["raw"]["loss"], out["raw"]["loss_step"]
     kept = len(losses)
     try:
         trace_path = workdir / f"{spec.id}.trace.json.gz" if workdir is not None else None
         summary = profiler.profile_steps(run_step, spec.device.split(":")[0], trace_path)
     except Exception as exc:  # noqa: BLE001 — including a loss turning non-finite in a profiled step
-        del losses[kept:]  # the profiled steps are not measured steps
+        del losses[kept:], loss_steps[kept:]  # the profiled steps are not measured steps
         return f"error: {type(exc).__name__}: {exc}"
     out["extra"]["profile"] = summary
     note = summary["trace"].get("note")
@@ -609,22 +613,31 @@ class EpochWindow:
     stops there (or at that time cap, should the steps slow down). A lockstep pair (probe/lockstep.py) applies it
     to the least common multiple of its two sides' epochs. `epoch_steps` None: no loader workers, or no length."""
 
-    def __init__(self, epoch_steps: int | None, max_steps: int, max_time_s: float):
+    def __init__(self, epoch_steps: int | None, max_steps: int, max_time_s: float, wave: int = 1):
         self.epoch_steps, self.max_steps, self.max_time_s = epoch_steps, max_steps, max_time_s
+        self.wave = max(1, wave)
         self.target: int | None = None  # the step count to stop at, fixed once the protocol is first met
 
     def done(self, met: bool, n: int, elapsed: float) -> bool:
-        """Whether to stop after `n` steps in `elapsed` seconds, given whether the protocol is `met`."""
+        """Whether to stop after `n` steps in `elapsed` seconds, given whether the protocol is `met`.
+
+        Short of whole epochs, the window still ends on whole loader waves: in steady state each wave of
+        `wave` steps holds one wait for the next batch, so a window that ends mid-wave holds one wait too many
+        or too few (2 workers, 13 steps: 7 waits for 6.5 waves' batches, 8% under the steady rate)."""
         if self.target is None:
             if not met:
                 return False
-            self.target = n
+            self.target = self._rounded(n, self.wave, elapsed)
             if self.epoch_steps and n % self.epoch_steps:
-                whole = n + self.epoch_steps - n % self.epoch_steps
-                if (whole <= EPOCH_ROUNDING_CAP * self.max_steps
-                        and elapsed * whole / n <= EPOCH_ROUNDING_CAP * self.max_time_s):
-                    self.target = whole
+                self.target = max(self.target, self._rounded(n, self.epoch_steps, elapsed))
         return n >= self.target or elapsed >= EPOCH_ROUNDING_CAP * self.max_time_s
+
+    def _rounded(self, n: int, period: int, elapsed: float) -> int:
+        """`n` rounded up to whole `period`s if that is projected within the caps (times EPOCH_ROUNDING_CAP)."""
+        whole = -(-n // period) * period
+        fits = (whole <= EPOCH_ROUNDING_CAP * self.max_steps
+                and elapsed * whole / n <= EPOCH_ROUNDING_CAP * self.max_time_s)
+        return whole if fits else n
 
 
 def _epoch_steps(loader) -> int | None:

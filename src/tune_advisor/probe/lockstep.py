@@ -274,7 +274,7 @@ class _Pair:
             return False
         if self.window is None:
             period = math.lcm(*(e for e in self.epochs if e)) if any(self.epochs) else None
-            self.window = EpochWindow(period, self.cap, self.protocol.max_time_s)
+            self.window = EpochWindow(period, self.cap, self.protocol.max_time_s, wave=max(self.waves))
         return self.window.done(self._measured_enough(steps, items), n, max(sum(s) for s in steps))
 
     def _measured_enough(self, steps: list[list[float]], items: list[list[float]] | None) -> bool:

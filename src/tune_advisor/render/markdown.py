@@ -50,10 +50,11 @@ def render(document: Mapping[str, Any]) -> str:
         out += [f"**{escape(r.verdict)}**", ""]
     else:
         speed = fmt_speedup(r.speedup) if r.speedup else "-"
+        how = escape((r.speedup or {}).get("method") or "method not recorded")
         out += [f"**{escape(fmt_ci(base.get('throughput')))} → {escape(fmt_ci(rec.get('throughput')))}** "
                 f"with {code(knobs.describe(r.changes))}"
-                + (f": **{escape(speed)} faster**, confirmed by an interleaved re-measurement." if speed != "-" else
-                   " (speedup not confirmed by an interleaved re-measurement)."), ""]
+                + (f": **{escape(speed)} faster** (confirmation: {how})." if speed != "-"
+                   else " (speedup not confirmed by a re-measurement beside the baseline)."), ""]
     if r.baseline_ok:
         out += ["| | baseline | recommended |", "|---|---|---|",
                 f"| settings | {code(knobs.describe(base.get('settings') or {}), True)} | "

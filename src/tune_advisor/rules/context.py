@@ -215,10 +215,24 @@ class Context:
                                     basis=f"measured: {_ids(a)} -> {_ids(b)}, ratio of throughputs, 95% bootstrap CI")
         return self._gains[key]
 
+    def ablation_gain(self, knob: str, value: Any) -> Gain | None:
+        """What `knob`=`value` contributed to the recommendation, as the planner's ablation measured it (the
+        winner beside itself without the knob; planner/ablation.py), or None when it was not ablated. Rules quote
+        this figure for a knob the recommendation holds, so the report states one figure per comparison."""
+        plan = self.document.get("plan") or {}
+        for record in [r for r in plan.get("ablation") or [] if isinstance(r, dict)]:
+            c = record.get("contribution")
+            if record.get("knob") == knob and record.get("value") == value and isinstance(c, dict):
+                return Gain(num(c.get("median")), num(c.get("ci_low")), num(c.get("ci_high")), measured=True,
+                            probes=[str(p) for p in record.get("probes") or []],
+                            basis=f"measured: ablation {record.get('method', '')}: the recommendation with and "
+                                  f"without {knob}={value}, 95% bootstrap CI")
+        return None
+
     def loss_changed(self, reference: Config, candidate: Config) -> bool:
         """Whether `candidate`'s loss parted from `reference`'s beyond the parity tolerance (analysis/parity.py):
         such settings are not a speed-up to recommend (TA702, TA704 report them)."""
-        found = parity.compare(*(((c.first.get("raw") or {}).get("loss") or []) for c in (reference, candidate)))
+        found = parity.compare_probes(reference.first, candidate.first)  # at the same global steps
         return found is not None and not found.ok
 
     def failed(self, *statuses: str) -> list[dict[str, Any]]:

@@ -181,6 +181,9 @@ def compile_break_even(ctx: Context) -> Finding | None:
                 continue
             gain = ctx.gain(off, on)
             saving = off.step_median - on.step_median
+            ablated = ctx.ablation_gain("compile", mode)  # the recommendation's own figure, when it was measured
+            if ablated is not None and ablated.median:
+                gain, saving = ablated, on.step_median * (ablated.median - 1)
             if ctx.loss_changed(off, on):  # not a speed-up to take: TA704 reports the loss
                 message = (f"torch.compile ({mode}) changed the loss (see TA704): {gain.text()} after "
                            f"{compile_s:.1f} s of compiling, but not recommended")

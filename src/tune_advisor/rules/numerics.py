@@ -72,10 +72,10 @@ def amp_changes_loss(ctx: Context) -> Finding | None:
 
     How it is measured:
         Every probe uses the same seed for weights and data order, so the `raw.loss` sequences of a pair equal
-        but for `amp` agree step by step up to rounding. The rule compares their common measured steps
-        (`analysis.parity`): mean |loss_amp - loss_fp32| over the mean of the larger of the two per step,
-        above 0.05 fires. The planner
-        applies the same test and does not recommend such settings.
+        but for `amp` agree step by step up to rounding. The rule compares the losses of the global training
+        steps both probes measured (`raw.loss_step`; warm-up lengths differ, so list positions do not match,
+        `analysis.parity`): mean |loss_amp - loss_fp32| over the mean of the larger of the two per step,
+        above 0.05 fires. The planner applies the same test and does not recommend such settings.
 
     Fix:
         Keep the numerically sensitive parts in float32 (compute the loss outside autocast, or wrap the
@@ -113,8 +113,9 @@ def compile_or_tf32_changes_loss(ctx: Context) -> Finding | None:
 
     How it is measured:
         As TA702 (`analysis.parity`): mean |loss_knob - loss_reference| over the mean of the larger of the
-        two per step, on the common measured steps of the pair; above 0.05 fires. The planner applies the same
-        test and does not recommend such settings.
+        two per step, on the global training steps both probes measured (`raw.loss_step`: a compiled probe
+        warms up until compilation settles, so its first measured step comes later than the reference's);
+        above 0.05 fires. The planner applies the same test and does not recommend such settings.
 
     Fix:
         Keep the knob off for this model, or find the fragile operation (compare the two runs layer by layer)
@@ -143,8 +144,7 @@ def _loss_change(ctx: Context, knob: str, value) -> tuple[Config, Config, parity
     for ref, on in ctx.pairs(knob, value):
         if ref[knob] != parity.NUMERIC_KNOBS[knob]:
             continue
-        a, b = ((c.first.get("raw") or {}).get("loss") or [] for c in (ref, on))
-        found = parity.compare(a, b)
+        found = parity.compare_probes(ref.first, on.first)  # at the same global steps
         if found is not None and not found.ok:
             return ref, on, found
     return None
@@ -155,9 +155,9 @@ def _loss_finding(knob: str, value, ref: Config, on: Config, found: parity.Parit
     reference = "float32" if knob == "amp" else "the reference"
     message = (f"with {knob}={value} the loss over {found.steps} measured steps differs from {reference} by "
                f"{found.difference:.0%} on average ({first} vs {second})")
-    a, b = ((c.first.get("raw") or {}).get("loss") or [] for c in (ref, on))
     evidence = {knob: value, "steps": found.steps, "mean_relative_difference": round(found.difference, 4),
-                "tolerance": parity.TOLERANCE, "loss_reference": a[:found.steps], f"loss_{knob}": b[:found.steps]}
+                "tolerance": parity.TOLERANCE, "global_steps": list(found.at) if found.at is not None else None,
+                "loss_reference": list(found.reference), f"loss_{knob}": list(found.candidate)}
     return Finding(message, evidence, {}, snippet, probes=[first, second])
 
 

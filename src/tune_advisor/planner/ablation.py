@@ -1,0 +1,71 @@
+"""Ablation: each changed knob of the winner must pay for its place, measured beside the winner without it.
+
+A search keeps a knob when it beat the best of its moment; later changes can make it redundant (matmul_precision
+=medium beside amp=bf16), and a gain of 1-5% decided by separate probes on a machine whose speed swings 20% is not
+settled. So, before the confirmation, the winner is measured against itself minus one knob, in lockstep where the
+two can be paired, and the knob stays only if removing it costs at least MIN_GAIN with the ratio's 95% CI clear of
+1. Every knob's measured contribution is recorded (results.json `plan.ablation`) and is what the rules quote.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import knobs
+from ..probe.result import ProbeResult
+from .keep import MIN_GAIN, together
+
+# Cheapest to lose first: knobs whose gain is often small or redundant beside another; the batch size last.
+ORDER = ("compile", "matmul_precision", "optimizer_impl", "cudnn_benchmark", "channels_last", "pin_memory", "amp",
+         "checkpointing", "batch_size")
+ROLE = "ablate:"  # then "with" (the winner) or the knob left out
+
+
+def ablatable(base: dict[str, Any], winner: dict[str, Any]) -> list[str]:
+    """The changed knobs an ablation measures: those whose removal keeps the loader (loader changes are large
+    or nothing, and their ladders already compared them)."""
+    return [k for k in ORDER if k in winner and winner[k] != base.get(k)
+            and together(winner, {**winner, k: base.get(k)})]
+
+
+def ablate(session, base: ProbeResult, winner: ProbeResult,
+           notes: list[str], decisions: list[str]) -> tuple[ProbeResult, list[dict[str, Any]]]:
+    """Measure each ablatable knob of `winner` against `winner` without it; drop those that do not pay.
+
+    `session` is the planner's `Session`. Returns the (possibly reduced) winner, one of the measured probes, and
+    each knob's record."""
+    records, current = [], winner
+    for name in ablatable(base.settings, winner.settings):
+        value = current.settings[name]
+        if value == base.settings[name]:
+            continue
+        reduced = {**current.settings, name: base.settings[name]}
+        record: dict[str, Any] = {"knob": name, "value": value, "without": base.settings[name]}
+        records.append(record)
+        if not session.affordable(2):
+            record.update(kept=True, why="not measured: over budget (the search's evidence stands)")
+            continue
+        seen = session.seen(reduced)
+        a, b = session.duel(current, seen if seen is not None and seen.ok else reduced, (ROLE + "with", ROLE + name))
+        record["probes"] = [a.id, b.id]
+        if not (a.ok and b.ok):
+            failed = a if not a.ok else b
+            record.update(kept=True, why=f"not measured: {failed.id} {failed.status.value}")
+            continue
+        # the keep rule, as for any change: from the pair just measured, with more duels while inconclusive
+        pays = session.beats(b, current)
+        median, low, high = session.gain(b, current)  # with / without
+        contribution = {"median": median, "ci_low": low, "ci_high": high}
+        how = "in lockstep" if "lockstep" in b.extra else "in turn"
+        record.update(contribution=contribution, kept=pays, method=how)
+        text = (f"{knobs.describe({name: value})} contributes {contribution['median']:.2f}x "
+                f"[{contribution['ci_low']:.2f}, {contribution['ci_high']:.2f}] ({how}, {a.id}/{b.id})")
+        if pays:
+            decisions.append(f"ablation: {text}: kept")
+        else:
+            decisions.append(f"ablation: {text}: dropped, below the {MIN_GAIN:.0%} minimum or within noise")
+            notes.append(f"{knobs.describe({name: value})} was dropped from the recommendation: without it the "
+                         f"settings trained as fast ({text})")
+            current = b
+    return current, records
+
