@@ -339,6 +339,10 @@ def analyze(path: str | Path, *, out: str | Path | None = None, device: str = "a
         document["baseline"] = outcome.baseline.to_dict()
         document["recommended"] = outcome.recommended.to_dict()
         document["speedup"] = outcome.speedup
+        unit = outcome.baseline.unit
+        document["figures"] = {  # each setting's best-founded throughput, from all of its runs (Session.figure)
+            "baseline": session.figure(outcome.baseline.settings, unit),
+            "recommended": session.figure(outcome.recommended.settings, unit)}
         document["notes"] = outcome.notes
         document["plan"] = outcome.plan_summary()
         document["findings"] = rules.evaluate(document, select, ignore)

@@ -862,3 +862,24 @@ def test_the_ablation_drops_a_knob_below_the_minimum_gain_and_records_each_contr
     assert rec["amp"] == "bf16" and rec["optimizer_impl"] == "default"
     assert any("optimizer_impl=fused was dropped from the recommendation" in n for n in outcome.notes)
     assert outcome.plan_summary()["ablation"] == outcome.ablation
+
+
+def test_a_settings_figure_covers_its_runs_and_says_what_kind_of_interval_it_is():
+    runner = FakeRunner(lambda s: 1000.0, jitter=0.05)
+    session = Session(runner, clock=FakeClock())
+    settings = knobs.full_settings({"batch_size": 16})
+    # GIVEN one run: its window's CI, labelled as within one window
+    one = session.run(settings, "baseline")
+    figure = session.figure(settings)
+    assert figure["runs"] == [one.id] and figure["interval"].startswith("95% CI within one measured window (p001")
+    # GIVEN two more runs beside a partner: then all three, said so, as a prediction interval of one more run
+    a, b = runner.pair([("p002", settings, "recheck"), ("p003", {**settings, "amp": "bf16"}, "knob:amp")])
+    session._record(a)
+    session._record(b)
+    figure = session.figure(settings)
+    assert figure["runs"] == ["p001", "p002"] and "over 2 runs (alone and beside a partner)" in figure["interval"]
+    assert figure["ci_low"] < 1000 < figure["ci_high"]
+    # GIVEN two runs alone: they alone make the figure
+    session.run(settings, "recheck", reuse=False)
+    assert session.figure(settings)["runs"] == ["p001", "p004"]
+    assert session.figure({**settings, "batch_size": 99}) is None

@@ -268,3 +268,19 @@ def test_probes_stopped_by_the_budget_or_a_partner_and_unsupported_ones_are_not_
     assert re.search(r"Unsupported on this machine.*p095", page, re.S)
     # AND a paired figure says whose partner it was
     assert "beside p094" in page
+
+
+def test_the_verdict_figures_say_what_kind_of_interval_they_are():
+    # GIVEN an older file (no `figures`): each side's throughput is its probe's window, labelled so
+    doc = golden("cnn")
+    page = html.render(doc)
+    assert f"95% CI within one measured window ({doc['baseline']['id']})" in page
+    # GIVEN figures over several runs: the reports print those, with their kind, everywhere
+    doc["figures"] = {side: {"median": 1234.5, "ci_low": 1100.0, "ci_high": 1380.0, "unit": "samples/s",
+                             "interval": f"95% prediction interval of one more run, over 3 runs ({side})",
+                             "runs": ["p001", "p007", "p009"]} for side in ("baseline", "recommended")}
+    page, md, text = html.render(doc), markdown.render(doc), terminal_text(doc)
+    for side in ("baseline", "recommended"):
+        label = f"95% prediction interval of one more run, over 3 runs ({side})"
+        assert label in page and label in md and label in text
+    assert "1,234" in page or "1234" in page

@@ -326,6 +326,27 @@ class Session:
         runs = self.runs(settings, paired)
         return [x for p in runs for x in p.items], [x for p in runs for x in p.step_s]
 
+    def figure(self, settings: dict[str, Any], unit: str = "samples/s") -> dict[str, Any] | None:
+        """The throughput a report prints for `settings`: the best-founded estimate from all its measures in the
+        run. With two or more runs, their geometric mean and the 95% prediction interval of one more run
+        (`stats.prediction_interval`: it covers the drift between runs), from the runs measured alone when there
+        are two, else from all (alone and beside a partner, said so); with one run, its window's CI, labelled as
+        within one window. None without a measured run."""
+        alone, every = self.runs(settings, paired=False), self.runs(settings)
+        runs = alone if len(alone) >= 2 else every
+        if not runs:
+            return None
+        if len(runs) == 1:
+            median, low, high = runs[0].throughput()
+            kind = "beside a partner" if runs[0].paired_with else "alone"
+            interval = f"95% CI within one measured window ({runs[0].id}, {kind}): a re-run may fall outside it"
+        else:
+            median, low, high = stats.prediction_interval([window_rate(p) for p in runs])
+            kinds = "alone" if runs is alone else "alone and beside a partner"
+            interval = f"95% prediction interval of one more run, over {len(runs)} runs ({kinds})"
+        return {"median": median, "ci_low": low, "ci_high": high, "unit": unit, "interval": interval,
+                "runs": [p.id for p in runs]}
+
     def common_kind(self, *settings: dict[str, Any]) -> bool | None:
         """The kind of measure (paired: True, alone: False) that every one of `settings` has; alone where both
         kinds do; None where none is common."""
@@ -514,8 +535,11 @@ def confirm(session: Session, base: ProbeResult, winner: ProbeResult,
     lockstep = all("lockstep" in r.extra for pair in finished for r in pair)
     how = ("measured together in lockstep, step by step" if lockstep
            else "measured one after the other, in alternating order")
+    rounds_text = f"{len(finished)} round{'s' if len(finished) != 1 else ''}"
     speedup = {"median": median, "ci_low": low, "ci_high": high,
-               "method": f"baseline and recommended {how}, {len(finished)} round{'s' if len(finished) != 1 else ''}",
+               "method": f"baseline and recommended {how}, {rounds_text}",
+               "interval": f"95% bootstrap CI of the ratio over the {rounds_text}' steps"
+                           + (", resampled in pairs of steps taken side by side" if lockstep else ""),
                "probes": [r.id for pair in rounds for r in pair]}
     if not (median >= 1 + MIN_GAIN and low > 1.0):
         notes.append(f"the confirmation measured {median:.2f}x [{low:.2f}, {high:.2f}] for "

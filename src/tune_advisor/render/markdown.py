@@ -51,7 +51,7 @@ def render(document: Mapping[str, Any]) -> str:
     else:
         speed = fmt_speedup(r.speedup) if r.speedup else "-"
         how = escape((r.speedup or {}).get("method") or "method not recorded")
-        out += [f"**{escape(fmt_ci(base.get('throughput')))} → {escape(fmt_ci(rec.get('throughput')))}** "
+        out += [f"**{escape(fmt_ci(r.figures['baseline']))} → {escape(fmt_ci(r.figures['recommended']))}** "
                 f"with {code(knobs.describe(r.changes))}"
                 + (f": **{escape(speed)} faster** (confirmation: {how})." if speed != "-"
                    else " (speedup not confirmed by a re-measurement beside the baseline)."), ""]
@@ -59,7 +59,10 @@ def render(document: Mapping[str, Any]) -> str:
         out += ["| | baseline | recommended |", "|---|---|---|",
                 f"| settings | {code(knobs.describe(base.get('settings') or {}), True)} | "
                 f"{code(knobs.describe(r.changes), True) if r.changes else 'unchanged'} |",
-                f"| throughput | {escape(fmt_ci(base.get('throughput')))} | {escape(fmt_ci(rec.get('throughput')))} |",
+                f"| throughput | {escape(fmt_ci(r.figures['baseline']))} | "
+                f"{escape(fmt_ci(r.figures['recommended']))} |",
+                f"| its interval | {escape(r.figures['baseline']['interval'])} | "
+                f"{escape(r.figures['recommended']['interval'])} |",
                 f"| peak memory | {fmt_bytes(base.get('peak_memory_bytes'))} | "
                 f"{fmt_bytes(rec.get('peak_memory_bytes'))} |",
                 f"| probe | {escape(base.get('id', '-'))} | {escape(rec.get('id', '-'))} |", ""]

@@ -73,11 +73,13 @@ def document_summary(document: dict[str, Any], console: Console, results_path=No
         console.print(f"[bold red]{escape(r.verdict)}[/]", highlight=False)
     else:
         console.print(f"[bold]Baseline[/]     {escape(knobs.brief(base['settings']))}", highlight=False)
-        console.print(f"               {escape(fmt_ci(base.get('throughput')))}, "
+        console.print(f"               {escape(fmt_ci(r.figures['baseline']))} "
+                      f"({escape(r.figures['baseline']['interval'])}), "
                       f"peak memory {fmt_bytes(base.get('peak_memory_bytes'))}", highlight=False)
         if r.changes:
             console.print(f"[bold green]Recommended[/]  {escape(knobs.describe(r.changes))}", highlight=False)
-            console.print(f"               {escape(fmt_ci(rec.get('throughput')))}, "
+            console.print(f"               {escape(fmt_ci(r.figures['recommended']))} "
+                          f"({escape(r.figures['recommended']['interval'])}), "
                           f"peak memory {fmt_bytes(rec.get('peak_memory_bytes'))}", highlight=False)
         else:
             console.print(f"[bold]Recommended[/]  {escape(r.verdict)}", highlight=False)

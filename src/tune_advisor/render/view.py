@@ -128,6 +128,9 @@ class Report:
     skipped: list[Row]
     stopped: list[Row]
     unsupported: list[Row]
+    # each side's best-founded throughput over all its runs (results.json `figures`); else its probe's window,
+    # labelled as within one window
+    figures: dict[str, dict]
     notes: list[str]
     unexplored: list[str]
     decisions: list[str]  # the planner's reasons: what it kept, dropped or skipped, and why
@@ -184,6 +187,7 @@ def build(document: Mapping[str, Any]) -> Report:
         rows=rows,
         failed=[r for r in rows if r.status in FAILED],
         skipped=[r for r in rows if r.status == "skipped"],
+        figures={side: _figure(doc, side) for side in ("baseline", "recommended")},
         stopped=[r for r in rows if r.status == STOPPED],
         unsupported=[r for r in rows if r.status == UNSUPPORTED],
         notes=[str(n) for n in _list(doc.get("notes"))],
@@ -227,9 +231,9 @@ def _verdict(baseline, recommended, changes, probes, speedup) -> str:
     if not changes:
         return "Keep your settings: no change beat the baseline by more than the measured noise."
     if speedup and as_num(speedup.get("median")) is not None:
-        return (f"Change {knobs.describe(changes)}: {fmt_speedup(speedup)} faster, confirmed by re-measuring "
-                "baseline and recommended interleaved.")
-    return f"Change {knobs.describe(changes)} (not confirmed by an interleaved re-measurement)."
+        return (f"Change {knobs.describe(changes)}: {fmt_speedup(speedup)} faster, confirmed by measuring "
+                "baseline and recommended again side by side.")
+    return f"Change {knobs.describe(changes)} (not confirmed by measuring it again beside the baseline)."
 
 
 def _snippet(recommended: dict) -> str:
@@ -268,6 +272,18 @@ def _row(p: dict, base_settings: dict, baseline, recommended) -> Row:
         is_baseline=baseline is not None and p.get("id") == baseline.get("id"),
         is_recommended=recommended is not None and p.get("id") == recommended.get("id"),
     )
+
+
+def _figure(doc: dict, side: str) -> dict:
+    """What the report prints for the baseline's or the recommendation's throughput, with the kind of interval."""
+    figure = as_dict(as_dict(doc.get("figures")).get(side))
+    probe = as_dict(doc.get(side))
+    if as_num(figure.get("median")) is None:  # older files: the probe's own window
+        figure = {**as_dict(probe.get("throughput")),
+                  "interval": f"95% CI within one measured window ({probe.get('id', '?')})"}
+    numbers = {k: as_num(figure.get(k)) for k in ("median", "ci_low", "ci_high")}
+    unit = figure.get("unit") or as_dict(probe.get("throughput")).get("unit") or ""
+    return {**numbers, "unit": str(unit), "interval": str(figure.get("interval") or "")}
 
 
 def _partner(p: dict) -> str | None:
