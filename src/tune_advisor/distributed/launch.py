@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from ..probe.runner import Spawned
+from ..probe.process import Spawned
 
 
 def layout(nproc_per_node: int = 1, nnodes: int = 1, rdzv_endpoint: str | None = None) -> dict[str, Any] | None:

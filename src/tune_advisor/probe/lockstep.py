@@ -38,6 +38,7 @@ from ..analysis.stats import wave_noise, wave_sums
 from . import runner
 from .result import ProbeResult, Status
 from .spec import ProbeSpec
+from .window import MIN_WAVES_AT_CAP, EpochWindow
 
 BEGIN, GO, STOP = b"w", b"g", b"s"
 READY = "ready"
@@ -208,10 +209,8 @@ class _Pair:
         workers = [int(p.spec.settings.get("num_workers") or 0) for p in probes]
         self.waves = [max(1, w) for w in workers]  # steps per loader wave, as analysis.stats.wave_noise counts
         self.epochs = [0, 0]  # each side's batches per epoch, from its "ready" (0: not known, or no workers)
-        self.window = None  # child.EpochWindow, once both sides are ready
+        self.window = None  # an EpochWindow, once both sides are ready
         # The step cap a free-running child has (probe/child.py): at least MIN_WAVES_AT_CAP loader waves.
-        from .child import MIN_WAVES_AT_CAP
-
         self.cap = max(protocol.max_steps, MIN_WAVES_AT_CAP * max(workers))
 
     def conduct(self, first: int) -> tuple[str, int | None]:
@@ -266,9 +265,7 @@ class _Pair:
     def _enough(self, steps: list[list[float]], items: list[list[float]] | None = None) -> bool:
         """After a whole pair: stop at a cap, or when both sides meet the protocol (min steps, min time, noise);
         with loader workers, then go on to a whole number of both sides' epochs when that is near, as a
-        free-running child does (`child.EpochWindow`)."""
-        from .child import EpochWindow
-
+        free-running child does (`window.EpochWindow`)."""
         n = len(steps[0])
         if n == 0:
             return False

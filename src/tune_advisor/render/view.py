@@ -9,11 +9,11 @@ from __future__ import annotations
 import itertools
 import math
 import shlex
-import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .. import knobs
+from ..rules import snippets
 from .fmt import fmt_bytes, fmt_ci, fmt_seconds, fmt_speedup, fmt_value
 
 FAILED = ("oom", "error", "timeout", "crashed", "diverged")
@@ -237,9 +237,7 @@ def _verdict(baseline, recommended, changes, probes, speedup) -> str:
 
 
 def _snippet(recommended: dict) -> str:
-    from .terminal import settings_snippet  # the one place that turns settings into code
-
-    return textwrap.dedent(settings_snippet(knobs.full_settings(as_dict(recommended.get("settings")))))
+    return snippets.recommended(knobs.full_settings(as_dict(recommended.get("settings"))))
 
 
 def _batch_note(base: dict, changes: dict, dataset_len: Any = None) -> str | None:

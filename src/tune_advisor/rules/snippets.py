@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import knobs
+
 AMP_DTYPES = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}
 
 
@@ -80,3 +82,41 @@ def set_num_threads(threads: int) -> str:
 def compile_model(mode: str) -> str:
     args = "" if mode == "default" else f', mode="{mode}"'
     return f"model = torch.compile(model{args})  # once, after moving the model to the device"
+
+
+def recommended(settings: dict[str, Any]) -> str:
+    """All the recommended settings as code a user pastes into their training script (the report's "Apply it");
+    the functions above give one fix each, for the findings."""
+    loader_args = [f"batch_size={settings['batch_size']}", "shuffle=True", f"num_workers={settings['num_workers']}"]
+    if settings["pin_memory"]:
+        loader_args.append("pin_memory=True")
+    if settings["num_workers"] > 0 and settings["persistent_workers"]:
+        loader_args.append("persistent_workers=True")
+    if settings["num_workers"] > 0 and settings["prefetch_factor"] != knobs.KNOBS["prefetch_factor"].default:
+        loader_args.append(f"prefetch_factor={settings['prefetch_factor']}")
+    lines = [f"loader = DataLoader(dataset, {', '.join(loader_args)})"]
+    if settings["cudnn_benchmark"]:
+        lines.insert(0, "torch.backends.cudnn.benchmark = True")
+    if settings["matmul_precision"] != "highest":
+        inside = "TF32" if settings["matmul_precision"] == "high" else "bf16"
+        lines.insert(0, f'torch.set_float32_matmul_precision("{settings["matmul_precision"]}")  # {inside} inside '
+                        'float32 matmuls')
+    if settings["optimizer_impl"] != "default":
+        lines.append(f"optimizer = torch.optim.AdamW(model.parameters(), lr=lr, {settings['optimizer_impl']}=True)"
+                     "  # your optimizer class, same arguments")
+    if settings["compile"] != "off":
+        mode = "" if settings["compile"] == "default" else f', mode="{settings["compile"]}"'
+        lines.append(f"model = torch.compile(model{mode})  # compiles at the first steps")
+    if settings["channels_last"]:
+        lines.append("model = model.to(memory_format=torch.channels_last)  # and inputs: "
+                     "x = x.contiguous(memory_format=torch.channels_last)")
+    if settings["checkpointing"]:
+        lines.append("model.gradient_checkpointing_enable()  # Hugging Face; else torch.utils.checkpoint per block")
+    if settings["amp"] != "off":
+        dtype = "torch.bfloat16" if settings["amp"] == "bf16" else "torch.float16"
+        lines.append(f"with torch.autocast(device_type=device.type, dtype={dtype}):")
+        lines.append("    loss = compute_loss(model, batch)")
+        if settings["amp"] == "fp16":
+            lines.append("scaler = torch.amp.GradScaler('cuda')  # scaler.scale(loss).backward(); "
+                         "scaler.step(opt); scaler.update()")
+    return "\n".join(lines)

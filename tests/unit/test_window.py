@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tune_advisor.probe.child import EPOCH_ROUNDING_CAP, EpochWindow
+from tune_advisor.probe.window import EPOCH_ROUNDING_CAP, EpochWindow
 
 
 def test_a_window_short_of_an_epoch_boundary_goes_on_to_it():

@@ -1,0 +1,84 @@
+"""Do the numbers hold up on a second look? Each fixture analysed twice, its settings re-measured apart.
+
+For each fixture: two fresh analyses (their own output folders), then the baseline and recommended settings of
+each run re-measured in REMEASURES separate fresh probes each, alternating. Prints per fixture:
+  (a) inside: the share of re-measures of a run's baseline and recommended settings that fall inside the interval
+      that run printed for those settings (results.json `figures`) — target >= 90% over all fixtures;
+  (b) agree: whether the two runs chose the same settings, or settings whose figures lie in each other's interval;
+  (c) speedup ratio: the speedup each run reported over the speedup its re-measures show (median recommended /
+      median baseline) — target within ±5% on every fixture.
+Prints the CPU model and flags first. Takes about 2 x budget + a minute per fixture.
+
+    python benchmarks/reproducibility.py [--budget 3m] [FIXTURE ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from tune_advisor import api, environment, knobs
+from tune_advisor.probe.spec import Protocol
+
+ROOT = Path(__file__).resolve().parents[1]
+REMEASURES = 3
+
+
+def remeasure(path: Path, settings: dict, workdir: Path) -> list[float]:
+    """Throughputs of REMEASURES fresh probes of `settings` (the default protocol, as analyze's baseline)."""
+    rates = []
+    for _ in range(REMEASURES):
+        _, result = api.probe(path, settings, device="cpu", protocol=Protocol(), workdir=workdir)
+        if result.ok:
+            rates.append(result.throughput()[0])
+    return rates
+
+
+def inside(rate: float, figure: dict | None) -> bool:
+    return bool(figure) and figure["ci_low"] is not None and figure["ci_low"] <= rate <= figure["ci_high"]
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("names", nargs="*")
+    parser.add_argument("--budget", default="3m")
+    args = parser.parse_args(argv)
+    names = args.names or sorted(p.stem for p in (ROOT / "fixtures").glob("*.py"))
+    print(f"CPU: {environment.cpu_model()}; flags: {', '.join(environment.cpu_flags()) or 'none of note'}")
+    tmp = Path(tempfile.mkdtemp(prefix="repro-"))
+    hits = total = 0
+    print(f"{'fixture':<20} {'run':>3} {'recommended':<45} {'speedup':>8} {'re-measured':>11} {'ratio':>6} "
+          f"{'inside':>7}")
+    for name in names:
+        path = ROOT / "fixtures" / f"{name}.py"
+        runs = []
+        for i in (1, 2):
+            result = api.analyze(path, out=tmp / f"{name}-{i}", device="cpu", budget=args.budget)
+            doc = result.document
+            figures = doc.get("figures") or {}
+            base_rates = remeasure(path, doc["baseline"]["settings"], tmp / "probes")
+            rec_rates = remeasure(path, doc["recommended"]["settings"], tmp / "probes")
+            n_in = sum(inside(r, figures.get("baseline")) for r in base_rates) + sum(
+                inside(r, figures.get("recommended")) for r in rec_rates)
+            hits, total = hits + n_in, total + len(base_rates) + len(rec_rates)
+            reported = (doc.get("speedup") or {}).get("median") or 1.0
+            again = (statistics.median(rec_rates) / statistics.median(base_rates)
+                     if base_rates and rec_rates else float("nan"))
+            runs.append((doc, figures))
+            changes = knobs.describe(doc["recommended"]["settings"], doc["baseline"]["settings"])
+            print(f"{name:<20} {i:>3} {changes[:45]:<45} {reported:>7.2f}x {again:>10.2f}x "
+                  f"{reported / again:>6.3f} {n_in:>3}/{len(base_rates) + len(rec_rates)}", flush=True)
+        (a, fa), (b, fb) = runs
+        same = a["recommended"]["settings"] == b["recommended"]["settings"]
+        within = inside((fb.get("recommended") or {}).get("median") or 0, fa.get("recommended")) and inside(
+            (fa.get("recommended") or {}).get("median") or 0, fb.get("recommended"))
+        print(f"{name:<20} agree: {'same settings' if same else 'within each other' if within else 'NO'}")
+    print(f"inside the printed interval: {hits}/{total} re-measures ({hits / max(1, total):.0%}; target >= 90%)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

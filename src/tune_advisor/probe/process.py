@@ -1,0 +1,63 @@
+"""A probe child started as a new Python process, and a quiet wait on a descriptor (a leaf: the runner and the
+torchrun launcher build on it)."""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import time
+from pathlib import Path
+
+
+class Spawned:
+    """A child started as a new Python process (`python -m tune_advisor.probe.child`)."""
+
+    def __init__(self, python: str, argv: list[str], log_path: Path, env: dict[str, str]):
+        with open(log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [python, "-m", "tune_advisor.probe.child", *argv],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                start_new_session=True,  # its own process group: loader workers die with it
+            )
+        self.pid = self.proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode
+
+    def wait_until(self, deadline: float) -> bool:
+        """Block until the child exits (True) or the monotonic `deadline` passes (False), without waking meanwhile.
+
+        The parent must stay quiet: on a 2-core machine every wake-up of ours preempts one of the probe's compute
+        threads, and Popen.wait(timeout)'s polling loop (tens of wake-ups a second) cost probes several percent.
+        A pidfd becomes readable when the process exits, so select() sleeps until then.
+        """
+        try:
+            pidfd = os.pidfd_open(self.pid)
+        except (AttributeError, OSError):  # not Linux >= 5.3: fall back to polling
+            try:
+                self.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+                return True
+            except subprocess.TimeoutExpired:
+                return False
+        try:
+            if sleep_until_readable(pidfd, deadline):
+                self.proc.wait()
+                return True
+            return self.proc.poll() is not None
+        finally:
+            os.close(pidfd)
+
+    def wait(self) -> None:
+        self.proc.wait()
+
+
+def sleep_until_readable(fd: int, deadline: float) -> bool:
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        ready, _, _ = select.select([fd], [], [], remaining)
+        if ready:
+            return True
