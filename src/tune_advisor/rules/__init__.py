@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from .. import knobs
 from ..errors import UsageError
 from .context import Context, Finding
 from .registry import FAMILIES, RULES, SEVERITIES, Rule, rule
@@ -44,12 +45,31 @@ def evaluate(document: dict[str, Any], select: list[str] | None = None,
              ignore: list[str] | None = None) -> list[dict[str, Any]]:
     """Run the chosen rules over a results.json document; return FINDING dicts ranked by time saved per item."""
     ctx = Context(document)
+    recommended = (document.get("recommended") or {}).get("settings") or {}
     findings = []
     for r in chosen(select, ignore):
         found = r.check(ctx)
         if found is not None:
-            findings.append(to_dict(r, found))
+            findings.append(_within_recommendation(to_dict(r, found), recommended))
     return sorted(findings, key=_rank)
+
+
+def _within_recommendation(finding: dict[str, Any], recommended: dict[str, Any]) -> dict[str, Any]:
+    """A finding's fix never contradicts the recommendation: a setting the planner did not keep (or did not try
+    in the recommended company) leaves the fix and is named as such. The planner's keep rule and ablation rest on
+    comparisons measured side by side, which outrank a rule's reading of separate probes. TA703 (a batch change's
+    effect on optimisation) advises on the recommendation itself and is left as it is."""
+    fix = finding["fix"]["settings"]
+    apart = {k: v for k, v in fix.items() if k in recommended and recommended[k] != v}
+    if not apart or finding["code"] == "TA703" or "not tried" in finding["message"]:
+        return finding
+    if not finding["gain"].get("measured"):  # advice on what no probe measured: a next step, said so
+        finding["message"] += f"; a next step, not tried in this run: {knobs.describe(apart)}"
+        return finding
+    finding["fix"]["settings"] = {k: v for k, v in fix.items() if k not in apart}
+    finding["message"] += (f"; not in the recommendation: the planner did not keep {knobs.describe(apart)} beside "
+                           "the recommended settings (see how it decided), so re-measure before adopting it")
+    return finding
 
 
 def to_dict(r: Rule, f: Finding) -> dict[str, Any]:

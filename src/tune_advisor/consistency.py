@@ -1,0 +1,35 @@
+"""Does a results.json contradict itself? The checks a report must pass before anyone acts on it.
+
+A finding's fix may not set a knob to another value than the recommendation holds (a next step the run did not
+try, TA703's batch advice, is no contradiction); TA504 may not advise against a compile mode the recommendation
+holds; TA702/TA704 may not question a numeric knob the recommendation changed; an `ok` probe has a throughput.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+ADVICE_AGAINST_COMPILE = re.compile(r"did not train faster|leave it off")
+
+
+def contradictions(document: dict[str, Any]) -> list[str]:
+    """One line per contradiction in `document` (empty: it agrees with itself)."""
+    rec = (document.get("recommended") or {}).get("settings") or {}
+    base = (document.get("baseline") or {}).get("settings") or {}
+    changed = {k: v for k, v in rec.items() if base.get(k) != v}
+    found = []
+    for f in document.get("findings") or []:
+        code, message = f.get("code", "?"), f.get("message", "")
+        for knob, value in ((f.get("fix") or {}).get("settings") or {}).items():
+            if knob in rec and rec[knob] != value and code != "TA703" and "not tried" not in message:
+                found.append(f"{code} fixes {knob}={value}, the recommendation has {knob}={rec[knob]}")
+        if code == "TA504" and changed.get("compile", "off") != "off" and ADVICE_AGAINST_COMPILE.search(message):
+            found.append(f"TA504 advises against compile, the recommendation has compile={changed['compile']}")
+        if code in ("TA702", "TA704"):
+            found += [f"{code} questions {knob}, the recommendation has {knob}={value}"
+                      for knob, value in changed.items() if f"{knob}=" in message]
+    for p in document.get("probes") or []:
+        if p.get("status") == "ok" and not (p.get("throughput") or {}).get("median"):
+            found.append(f"probe {p.get('id')} is 'ok' without a throughput")
+    return found

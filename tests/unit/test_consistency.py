@@ -1,0 +1,47 @@
+"""Every shipped results document agrees with itself: as written, and with its findings evaluated anew."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from tune_advisor.consistency import contradictions
+from tune_advisor.rules import evaluate
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNS = sorted([*ROOT.glob("reports/*/results.json"), *ROOT.glob("tests/golden/*.results.json")])  # real runs
+# Hand-made documents (tests/golden/rules/derive.py) plant findings on settings no run would recommend beside them.
+SYNTHETIC = sorted(ROOT.glob("tests/golden/rules/*.results.json"))
+
+
+@pytest.mark.parametrize("path", RUNS + SYNTHETIC, ids=lambda p: str(p.relative_to(ROOT)))
+def test_recommendation_and_findings_agree_as_written(path):
+    assert contradictions(json.loads(path.read_text())) == []
+
+
+@pytest.mark.parametrize("path", RUNS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_recommendation_and_findings_agree_as_the_rules_read_them_now(path):
+    document = json.loads(path.read_text())
+    assert contradictions({**document, "findings": evaluate(document)}) == []
+
+
+def test_the_check_finds_each_kind_of_contradiction():
+    doc = json.loads((ROOT / "tests" / "golden" / "cnn.results.json").read_text())
+    doc = copy.deepcopy(doc)
+    doc["recommended"]["settings"].update(compile="default", amp="bf16")
+    doc["baseline"]["settings"].update(compile="off", amp="off")
+    doc["findings"] = [
+        {"code": "TA504", "message": "torch.compile (default) did not train faster: 1.00x; leave it off",
+         "fix": {"settings": {}}},
+        {"code": "TA702", "message": "with amp=bf16 the loss differs from float32 by 30%", "fix": {"settings": {}}},
+        {"code": "TA101", "message": "input-bound", "fix": {"settings": {"amp": "off"}}},
+    ]
+    doc["probes"][0]["throughput"]["median"] = None
+    found = contradictions(doc)
+    assert any(f.startswith("TA504 advises against compile") for f in found)
+    assert any(f.startswith("TA702 questions amp") for f in found)
+    assert any(f.startswith("TA101 fixes amp=off") for f in found)
+    assert any("without a throughput" in f for f in found)
