@@ -69,3 +69,31 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
+
+
+# --- fake hardware: what hardware.native_types reads (`cpu_info`: /proc/cpuinfo's text; `cuda_props`) ---------------
+
+
+def fake_cpuinfo(*flags: str, arm: bool = False) -> str:
+    """/proc/cpuinfo of a two-core machine listing these x86 `flags` (or, `arm`, these `Features`)."""
+    key, model = ("Features", "CPU implementer\t: 0x41") if arm else ("flags", "model name\t: Fake CPU")
+    return "\n".join(f"processor\t: {i}\n{model}\n{key}\t\t: {' '.join(flags)}\n" for i in range(2))
+
+
+ZEN3_CPUINFO = fake_cpuinfo("fpu", "sse4_2", "avx", "avx2", "fma")  # AVX2 only: bf16 is emulated
+AVX512_BF16_CPUINFO = fake_cpuinfo("avx2", "avx512f", "avx512_bf16")  # Zen 4/5, Cooper Lake
+AMX_CPUINFO = fake_cpuinfo("avx2", "avx512f", "amx_tile", "amx_bf16")  # Sapphire Rapids (without avx512_bf16 here)
+GRAVITON3_CPUINFO = fake_cpuinfo("fp", "asimd", "asimdhp", "sve", "bf16", arm=True)
+GRAVITON2_CPUINFO = fake_cpuinfo("fp", "asimd", "asimdhp", arm=True)  # Neoverse N1: no bf16
+UNKNOWN_CPUINFO = ""  # no /proc/cpuinfo (macOS, Windows), or one without flags
+
+
+class FakeCudaProps:
+    """The fields of torch.cuda.get_device_properties that the native-type detection reads."""
+
+    def __init__(self, name: str, major: int, minor: int):
+        self.name, self.major, self.minor = name, major, minor
+
+
+TURING_T4 = FakeCudaProps("Tesla T4", 7, 5)
+AMPERE_A100 = FakeCudaProps("NVIDIA A100-SXM4-40GB", 8, 0)

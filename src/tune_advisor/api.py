@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from . import environment, executors, knobs, results, rules, rundir
+from . import environment, executors, hardware, knobs, results, rules, rundir
 from .distributed import launch
 from .collectors import designate, flops
 from . import workload as workload_mod
@@ -118,17 +118,17 @@ def inspect(path: str | Path, device: str, workdir: Path, timeout_s: float = INS
 
 
 def device_facts(device: str) -> knobs.DeviceFacts:
+    """What decides which knobs apply on `device`; bf16 counts only where the hardware computes it natively
+    (emulated, autocast still runs but many times slower: probing it would only spend the budget)."""
     import torch
 
+    bf16 = hardware.native_types(device).bf16
     if device.startswith("cuda"):
         dev = torch.device(device)
-        return knobs.DeviceFacts("cuda", torch.cuda.get_device_name(dev), torch.cuda.is_bf16_supported(),
+        return knobs.DeviceFacts("cuda", torch.cuda.get_device_name(dev), bf16.native, bf16.reason,
                                  tf32=torch.cuda.get_device_capability(dev) >= (8, 0),
                                  compile_unavailable=environment.compile_unavailable("cuda"))
-    # CPU autocast always offers bf16, but it is fast only with native bf16 instructions; the planner measures it
-    # either way and uses this only to order the knobs.
-    fast_bf16 = bool({"avx512_bf16", "amx_bf16"} & set(environment.cpu_flags()))
-    return knobs.DeviceFacts("cpu", environment.cpu_model(), fast_bf16,
+    return knobs.DeviceFacts("cpu", environment.cpu_model(), bf16.native, bf16.reason,
                              compile_unavailable=environment.compile_unavailable("cpu"))
 
 

@@ -9,6 +9,8 @@ import platform
 import sys
 from typing import Any
 
+from . import hardware
+
 
 def cpu_model() -> str:
     try:
@@ -22,13 +24,13 @@ def cpu_model() -> str:
 
 
 def cpu_flags() -> list[str]:
-    """The CPU features that decide whether bf16 is fast on the CPU."""
+    """The CPU features that decide whether bf16 is fast on the CPU (x86 `flags`, Arm `Features`)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("flags"):
+                if line.startswith(("flags", "Features")):
                     flags = set(line.split(":", 1)[1].split())
-                    return sorted(flags & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
+                    return sorted(flags & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "bf16"})
     except OSError:
         pass
     return []
@@ -73,17 +75,20 @@ def collect(device: str) -> dict[str, Any]:
 
     gpu = None
     device_name = cpu_model()
+    native = hardware.native_types(device)
     if device.startswith("cuda"):
         props = torch.cuda.get_device_properties(torch.device(device))
         device_name = props.name
+        # native, not torch's default is_bf16_supported(), which also counts the emulation of pre-Ampere GPUs
         gpu = {"name": props.name, "driver": _nvidia_driver(), "memory_total_bytes": props.total_memory,
                "capability": f"{props.major}.{props.minor}", "cuda": torch.version.cuda,
-               "bf16_supported": torch.cuda.is_bf16_supported()}
+               "bf16_supported": native.bf16.native}
     env = {
         "device": device.split(":")[0],
         "device_name": device_name,
         "cpu_model": cpu_model(),
         "cpu_flags": cpu_flags(),
+        "native_types": native.to_dict(),
         "cpu_count": os.cpu_count(),
         "memory_total_bytes": psutil.virtual_memory().total,
         "torch": torch.__version__,

@@ -60,7 +60,8 @@ KNOBS: dict[str, Knob] = {
         Knob("num_workers", int, 0, "DataLoader worker processes", minimum=0, candidates=(1, 2, 4, 8, 16)),
         Knob("pin_memory", bool, False, "page-locked host batches + non_blocking copies (CUDA)",
              candidates=(True,)),
-        Knob("amp", str, "off", "autocast mixed precision (CPU: bf16; CUDA: bf16 where supported, fp16 + GradScaler)",
+        Knob("amp", str, "off", "autocast mixed precision (bf16 where the device computes it natively; CUDA: "
+                                "also fp16 + GradScaler)",
              choices=("off", "bf16", "fp16"), candidates=("bf16", "fp16")),
         Knob("cudnn_benchmark", bool, False, "torch.backends.cudnn.benchmark autotuning (CUDA)", candidates=(True,)),
         Knob("channels_last", bool, False, "NHWC memory format for the model and 4-D/5-D inputs (conv models)",
@@ -188,7 +189,10 @@ def _text(value: Any) -> str:
 class DeviceFacts:
     type: str  # "cpu" or "cuda"
     name: str = ""
-    bf16_supported: bool = True  # CUDA: torch.cuda.is_bf16_supported(); CPU: native bf16 (autocast works anyway)
+    # bf16 computed natively (hardware.native_types): CUDA compute capability >= 8.0; CPU avx512_bf16/amx_bf16 or
+    # Arm's bf16. Elsewhere torch emulates it, many times slower than float32, so bf16 knobs do not apply.
+    bf16_supported: bool = True
+    bf16_reason: str = ""  # why bf16 is or is not native, as hardware.native_types says
     tf32: bool = False  # CUDA compute capability >= 8.0 (Ampere+), where matmul_precision=high means TF32
     compile_unavailable: str | None = None  # why torch.compile cannot run here (no C++ compiler, no triton)
     world_size: int = 1  # processes of a DDP probe (--nproc-per-node x --nnodes)
@@ -228,8 +232,8 @@ def not_applicable(name: str, value: Any, workload: WorkloadFacts, device: Devic
     if name == "amp":
         if value == "fp16" and not cuda:
             return "not applicable: fp16 autocast needs a CUDA device (on CPU, bf16 is the fast type)"
-        if value == "bf16" and cuda and not device.bf16_supported:
-            return f"not applicable: {device.name or 'this GPU'} has no bf16 support"
+        if value == "bf16" and not device.bf16_supported:
+            return f"not applicable: {_no_native_bf16(device)}"
     if name == "channels_last" and workload.conv_layers == 0:
         return "not applicable: no convolution layers"
     if name == "checkpointing" and not (workload.hf_checkpointing or workload.repeated_blocks):
@@ -245,7 +249,7 @@ def not_applicable(name: str, value: Any, workload: WorkloadFacts, device: Devic
         if not cuda and value == "high":
             return "not applicable: TF32 is a CUDA feature; on the CPU `high` computes as `highest`"
         if not cuda and not device.bf16_supported:
-            return "not applicable: this CPU has no native bf16 (avx512_bf16/AMX) for bf16 matmuls"
+            return f"not applicable: medium computes float32 matmuls in bf16, and {_no_native_bf16(device)}"
     if name in DDP_KNOBS and device.world_size <= 1:
         return "not applicable: a single process (DDP knobs need --nproc-per-node 2 or more)"
     if name == "ddp_backend" and value == "nccl" and not cuda:
@@ -254,3 +258,11 @@ def not_applicable(name: str, value: Any, workload: WorkloadFacts, device: Devic
         return (f"not applicable: {workload.optimizer_class or 'the optimizer'} cannot be built with "
                 f"{value}=True here")
     return None
+
+
+def _no_native_bf16(device: DeviceFacts) -> str:
+    if device.bf16_reason:
+        return device.bf16_reason
+    if device.type == "cuda":
+        return f"{device.name or 'this GPU'} has no bf16 support (compute capability 8.0 or newer needed)"
+    return "this CPU has no native bf16 (avx512_bf16/amx_bf16, or bf16 on Arm)"

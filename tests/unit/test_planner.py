@@ -162,15 +162,17 @@ def test_a_listed_batch_search_is_walked_not_bisected():
 
 def test_amp_that_frees_memory_reopens_the_batch_ladder():
     # GIVEN a model whose activations halve under bf16 (memory limit 100 MiB) and throughput that climbs with the
-    # batch; bf16 itself gives only 5%, so the planner tries the batch first
+    # batch; bf16 itself gives only 5%, and the step waits 60% for data, so bf16's bound (1.18x) is under the
+    # batch's (1.2x) and the planner tries the batch first
     def rate(s):
         per_sample = 2**20 * (0.5 if s["amp"] == "bf16" else 1.0)
         memory = s["batch_size"] * per_sample
         if memory > 100 * 2**20:
             return Status.OOM
-        return {"rate": 10.0 * s["batch_size"] * (1.05 if s["amp"] == "bf16" else 1), "memory": memory}
+        return {"rate": 10.0 * s["batch_size"] * (1.05 if s["amp"] == "bf16" else 1), "memory": memory, "wait": 0.6}
 
-    outcome, runner = run_plan(rate, workload=MLP, device=CPU_NO_BF16)
+    outcome, runner = run_plan(rate, workload=MLP, device=CPU, baseline={"batch_size": 16, "num_workers": 2},
+                               search={"num_workers": [2]})
     # THEN after bf16 is kept, the ladder climbs past the old frontier (96 fits in fp32, 104 does not)
     assert outcome.frontier["largest_ok"] > 128
     rec = outcome.recommended.settings

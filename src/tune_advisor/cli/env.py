@@ -1,4 +1,5 @@
-"""Show what the tool sees: device, GPU, driver, CUDA, cuDNN, CPU, torch threads, NVML, measured peaks."""
+"""Show what the tool sees: device, GPU, driver, CUDA, cuDNN, CPU, native types, torch threads, NVML, measured
+peaks."""
 
 from __future__ import annotations
 
@@ -26,12 +27,13 @@ def gather(device: str, measure_peaks: bool = False) -> dict[str, Any]:
         "nvml": nvml.nvml_status(),
         "compile": environment.compile_unavailable(device.split(":")[0]) or "available",
     })
-    if measure_peaks:
-        peaks, status = flops.ensure_peaks(device)
+    key = flops.peak_key(device)
+    if measure_peaks:  # asked for: a calibration recorded as failed or cut short runs again
+        peaks, status = flops.ensure_peaks(device, retry=True)
     else:
-        peaks = flops.cached_peaks(device)
-        status = f"ok: cached in {flops.cache_path()}" if peaks else "not measured (use --measure-peaks)"
-    info["peaks"] = {"status": status, "flops_per_s": peaks}
+        peaks, status = flops.peak_status(device, key)
+        status = status or "not measured (use --measure-peaks)"
+    info["peaks"] = {"status": status, "flops_per_s": peaks, "gaps": flops.peak_gaps(device, key)}
     return info
 
 
@@ -43,7 +45,8 @@ def command(
                                        help="Measure the device's peak matmul FLOP/s per dtype (once per machine, "
                                             "cached) so probes report MFU."),
 ) -> None:
-    """Show what the tool sees: device, GPU, driver, CUDA, cuDNN, CPU, torch threads, NVML, measured peaks."""
+    """Show what the tool sees: device, GPU, driver, CUDA, cuDNN, CPU, native types, torch threads, NVML, measured
+    peaks."""
     info = gather(environment.resolve_device(device), measure_peaks)
     if json_out:
         print(json.dumps(info, indent=1, default=str))
@@ -62,6 +65,10 @@ def rows(info: dict[str, Any]) -> list[tuple[str, str]]:
     listed = ", ".join(f"{g['index']}: {g['name']}" for g in nv.get("gpus", []))
     peaks = info["peaks"]
     roof = ", ".join(f"{k} {v / 1e12:.3g} TFLOP/s" for k, v in (peaks["flops_per_s"] or {}).items())
+    if roof and peaks.get("gaps"):
+        roof += "; " + "; ".join(f"{k} {why}" for k, why in peaks["gaps"].items())
+    native = "; ".join(f"{k} {'yes' if v['native'] else 'no'}: {v['reason']}"
+                       for k, v in (info.get("native_types") or {}).items())
     return [
         ("device", f"{info['device']} ({info['device_name']})"),
         ("GPU", f"{gpu['name']}, {gpu['memory_total_bytes'] / 2**30:.1f} GiB, capability {gpu['capability']}, "
@@ -72,6 +79,7 @@ def rows(info: dict[str, Any]) -> list[tuple[str, str]]:
         ("cuDNN", str(info["cudnn"] or "none")),
         ("CPU", info["cpu_model"]),
         ("CPU flags", ", ".join(info["cpu_flags"]) or "none of avx2/avx512/bf16/amx"),
+        ("native types", native or "unknown"),
         ("cores", f"{info['cpu_count']} logical; torch uses {info['torch_threads']} intra-op threads"),
         ("memory", f"{info['memory_total_bytes'] / 2**30:.1f} GiB"),
         ("torch / python", f"{info['torch']} / {info['python']}"),

@@ -66,6 +66,8 @@ def collector_lines(extra: dict, workdir: Optional[Path]) -> None:
         if flops.get("mfu") is not None:
             line += (f", {flops['mfu']:.1%} of the measured {flops['peak_dtype']} peak "
                      f"({flops['peak_flops_per_s'] / 1e12:.3g} TFLOP/s)")
+        elif flops.get("mfu_unavailable"):
+            line += f", MFU unavailable: {flops['mfu_unavailable']}"
         out.print(line, highlight=False)
     profile = extra.get("profile")
     if not profile:

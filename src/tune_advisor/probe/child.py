@@ -16,7 +16,7 @@ import resource
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .. import workload as wl_mod
 from ..errors import WorkloadError
@@ -24,7 +24,15 @@ from .spec import ProbeSpec
 from .result import Status
 from .window import MIN_WAVES_AT_CAP, EpochWindow
 
-OOM_MARKERS = ("can't allocate memory", "out of memory", "DefaultCPUAllocator")
+# Every way an allocator says it is out of memory: the CPU allocator, CUDA's caching allocator and driver ("CUDA out
+# of memory", "CUDA error: out of memory"), NCCL ("... out of memory"), cuBLAS and cuDNN failing to allocate their
+# handles or workspaces, ROCm.
+OOM_MARKERS = ("can't allocate memory", "out of memory", "DefaultCPUAllocator", "CUBLAS_STATUS_ALLOC_FAILED",
+               "CUDNN_STATUS_ALLOC_FAILED", "CUDA_ERROR_OUT_OF_MEMORY", "cudaErrorMemoryAllocation")
+# cuBLAS and cuDNN answer NOT_SUPPORTED when no algorithm fits the workspace they could get: out of memory when
+# the device is nearly full at the failure, a genuine lack of support otherwise.
+WORKSPACE_MARKERS = ("CUDNN_STATUS_NOT_SUPPORTED", "CUBLAS_STATUS_NOT_SUPPORTED")
+NEARLY_FULL = 0.9  # share of the device's memory in use
 
 
 class Diverged(Exception):
@@ -124,8 +132,12 @@ def _failing_layer(exc: BaseException) -> str | None:
     return layer
 
 
-def classify(exc: BaseException, path: Path, settings: dict[str, Any] | None = None) -> tuple[Status, str]:
-    """Map an exception to a probe status and a one-line cause naming the user's frame when there is one."""
+def classify(exc: BaseException, path: Path, settings: dict[str, Any] | None = None,
+             memory_used: Callable[[], float | None] | None = None) -> tuple[Status, str]:
+    """Map an exception to a probe status and a one-line cause naming the user's frame when there is one.
+
+    `memory_used` gives the share of the device's memory in use (default: the current CUDA device's, None
+    without CUDA); it decides whether a cuBLAS/cuDNN NOT_SUPPORTED was a workspace that did not fit."""
     import torch
 
     if isinstance(exc, WorkloadError):
@@ -133,18 +145,34 @@ def classify(exc: BaseException, path: Path, settings: dict[str, Any] | None = N
     summary = wl_mod.exception_summary(exc)
     line, func = wl_mod.user_frame(exc, path)
     where = f" ({path.name}:{line} in {func})" if line else ""
+    text = str(exc)
+    oom_type = getattr(torch, "OutOfMemoryError", None)
+    if isinstance(exc, MemoryError) or (oom_type and isinstance(exc, oom_type)) or any(
+            m in text for m in OOM_MARKERS):
+        return Status.OOM, summary.splitlines()[0][:400] + where
+    if any(m in text for m in WORKSPACE_MARKERS):
+        used = (memory_used or cuda_memory_used)()
+        if used is not None and used >= NEARLY_FULL:
+            return Status.OOM, (f"{summary.splitlines()[0][:300]} with {used:.0%} of the device's memory in use: "
+                                f"no workspace fitted{where}")
     missing = unsupported(exc, settings or {})
     if missing:
         return Status.UNSUPPORTED, missing + where
-    if "DataLoader worker" in str(exc):
+    if "DataLoader worker" in text:
         where += " in a DataLoader worker"
     if type(exc).__module__.startswith(("torch._dynamo", "torch._inductor")):
         return Status.ERROR, f"torch.compile failed: {summary.splitlines()[0][:500]}{where}"
-    oom_type = getattr(torch, "OutOfMemoryError", None)
-    if isinstance(exc, MemoryError) or (oom_type and isinstance(exc, oom_type)) or any(
-            m in str(exc) for m in OOM_MARKERS):
-        return Status.OOM, summary.splitlines()[0][:400] + where
     return Status.ERROR, summary[:600] + where
+
+
+def cuda_memory_used() -> float | None:
+    """Share of the current CUDA device's memory in use (this process's and others'), or None without CUDA."""
+    import torch
+
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return None
+    free, total = torch.cuda.mem_get_info()
+    return (total - free) / total if total else None
 
 
 # --- inspect ----------------------------------------------------------------------------------------------------
@@ -512,14 +540,15 @@ def _collect_flops(spec: ProbeSpec, out: dict[str, Any], forward_backward) -> st
         by_op = flops.count_flops_by_op(lambda: items.append(forward_backward()))
         counted = sum(by_op.values())
         per_step = counted * median(raw["items"]) / items[0] if items and items[0] else counted
-        peaks = flops.cached_peaks(spec.device)
+        key = flops.peak_key(spec.device)
+        peaks = flops.cached_peaks(spec.device, key)
         dtype = flops.compute_dtype(spec.settings["amp"], spec.device, flops.conv_share(by_op))
-        out["extra"]["flops"] = flops.summarise(per_step, median(raw["step_s"]), peaks, dtype)
+        summary = flops.summarise(per_step, median(raw["step_s"]), peaks, dtype, flops.peak_gaps(spec.device, key))
+        out["extra"]["flops"] = summary
     except Exception as exc:  # noqa: BLE001 — a collector's failure is a note, not a probe failure
         return f"error: {type(exc).__name__}: {exc}"
-    if not peaks:
-        return (f"partial: no measured {dtype} peak for this machine in {flops.cache_path()} "
-                "(measure it with `tune-advisor env --measure-peaks`)")
+    if summary["mfu"] is None:
+        return f"partial: {summary['mfu_unavailable']} (cache: {flops.cache_path()})"
     return "ok"
 
 

@@ -118,7 +118,10 @@ def near_memory_limit(ctx: Context) -> Finding | None:
 def _memory_fix(ctx: Context, settings: dict) -> tuple[dict, str]:
     """The memory-saving knobs that are off and apply here, as settings and a snippet."""
     fix, parts = {}, []
-    if settings["amp"] == "off":
+    # on a CPU that only emulates bf16 (environment.native_types; absent in older files) autocast would save memory
+    # at many times the step time
+    cpu_bf16 = ((ctx.environment.get("native_types") or {}).get("bf16") or {}).get("native") is not False
+    if settings["amp"] == "off" and (ctx.cuda or cpu_bf16):
         amp = "fp16" if ctx.cuda and ctx.gpu.get("bf16_supported") is False else "bf16"
         fix["amp"] = amp
         parts.append(snippets.autocast(amp, "cuda" if ctx.cuda else "cpu"))
