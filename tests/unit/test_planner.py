@@ -874,14 +874,21 @@ def test_a_settings_figure_covers_its_runs_and_says_what_kind_of_interval_it_is(
     one = session.run(settings, "baseline")
     figure = session.figure(settings)
     assert figure["runs"] == [one.id] and figure["interval"].startswith("95% CI within one measured window (p001")
-    # GIVEN two more runs beside a partner: then all three, said so, as a prediction interval of one more run
+    # GIVEN a run beside a partner too: it is never pooled with the run alone
     a, b = runner.pair([("p002", settings, "recheck"), ("p003", {**settings, "amp": "bf16"}, "knob:amp")])
     session._record(a)
     session._record(b)
-    figure = session.figure(settings)
-    assert figure["runs"] == ["p001", "p002"] and "over 2 runs (alone and beside a partner)" in figure["interval"]
-    assert figure["ci_low"] < 1000 < figure["ci_high"]
-    # GIVEN two runs alone: they alone make the figure
+    assert session.figure(settings)["runs"] == ["p001"]
+    # GIVEN a second run alone: the two make a prediction interval of one more run, said so
     session.run(settings, "recheck", reuse=False)
-    assert session.figure(settings)["runs"] == ["p001", "p004"]
+    figure = session.figure(settings)
+    assert figure["runs"] == ["p001", "p004"] and "over 2 runs (alone)" in figure["interval"]
+    assert figure["ci_low"] < 1000 < figure["ci_high"]
+    # GIVEN settings measured only beside partners: their runs make the figure, said so
+    paired = {**settings, "amp": "bf16"}
+    c, d = runner.pair([("p005", settings, "recheck"), ("p006", paired, "knob:amp")])
+    session._record(c)
+    session._record(d)
+    assert session.figure(paired)["runs"] == ["p003", "p006"]
+    assert "(beside a partner)" in session.figure(paired)["interval"]
     assert session.figure({**settings, "batch_size": 99}) is None

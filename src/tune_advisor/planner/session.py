@@ -328,22 +328,22 @@ class Session:
 
     def figure(self, settings: dict[str, Any], unit: str = "samples/s") -> dict[str, Any] | None:
         """The throughput a report prints for `settings`: the best-founded estimate from all its measures in the
-        run. With two or more runs, their geometric mean and the 95% prediction interval of one more run
-        (`stats.prediction_interval`: it covers the drift between runs), from the runs measured alone when there
-        are two, else from all (alone and beside a partner, said so); with one run, its window's CI, labelled as
-        within one window. None without a measured run."""
-        alone, every = self.runs(settings, paired=False), self.runs(settings)
-        runs = alone if len(alone) >= 2 else every
+        run, from runs of one kind: measured alone (what training sees) when there are any, else beside a lockstep
+        partner (whose turns leave the caches cold: never pooled with the others). With two or more, their
+        geometric mean and the 95% prediction interval of one more run (`stats.prediction_interval`: it covers
+        the drift between runs); with one, its window's CI, labelled as within one window. None without a
+        measured run."""
+        alone = self.runs(settings, paired=False)
+        runs = alone or self.runs(settings, paired=True)
         if not runs:
             return None
+        kind = "alone" if alone else "beside a partner"
         if len(runs) == 1:
             median, low, high = runs[0].throughput()
-            kind = "beside a partner" if runs[0].paired_with else "alone"
             interval = f"95% CI within one measured window ({runs[0].id}, {kind}): a re-run may fall outside it"
         else:
             median, low, high = stats.prediction_interval([window_rate(p) for p in runs])
-            kinds = "alone" if runs is alone else "alone and beside a partner"
-            interval = f"95% prediction interval of one more run, over {len(runs)} runs ({kinds})"
+            interval = f"95% prediction interval of one more run, over {len(runs)} runs ({kind})"
         return {"median": median, "ci_low": low, "ci_high": high, "unit": unit, "interval": interval,
                 "runs": [p.id for p in runs]}
 
