@@ -892,3 +892,31 @@ def test_a_settings_figure_covers_its_runs_and_says_what_kind_of_interval_it_is(
     assert session.figure(paired)["runs"] == ["p003", "p006"]
     assert "(beside a partner)" in session.figure(paired)["interval"]
     assert session.figure({**settings, "batch_size": 99}) is None
+
+
+def test_without_time_for_its_pairs_the_ablation_decides_on_the_searchs_measures():
+    from tune_advisor.planner import ablation
+
+    # GIVEN a winner with bf16 (25% faster) and the fused optimizer (1%), each measured alone without the other,
+    # and a budget already spent
+    def rate(s):
+        return 1000.0 * (1.25 if s["amp"] == "bf16" else 1.0) * (1.01 if s["optimizer_impl"] == "fused" else 1.0)
+
+    clock = FakeClock()
+    session = Session(FakeRunner(rate, jitter=0.002), budget_s=10.0, clock=clock)
+    base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
+    session.baseline = base
+    session.run({**base.settings, "optimizer_impl": "fused"}, "knob:optimizer_impl")
+    session.run({**base.settings, "amp": "bf16"}, "knob:amp")
+    winner = session.run({**base.settings, "amp": "bf16", "optimizer_impl": "fused"}, "knob:amp")
+    clock.now = 100.0
+    notes, decisions = [], []
+    # WHEN the ablation runs
+    kept, records = ablation.ablate(session, base, winner, notes, decisions)
+    # THEN no pair was measured; the search's measures kept bf16 and dropped the 1% knob, each with its figure
+    assert len(session.probes) == 4
+    by_knob = {r["knob"]: r for r in records}
+    assert by_knob["optimizer_impl"]["kept"] is False and by_knob["amp"]["kept"] is True
+    assert by_knob["amp"]["method"].startswith("from the search's measures")
+    assert by_knob["amp"]["contribution"]["median"] == pytest.approx(1.25, rel=0.02)
+    assert kept.settings["optimizer_impl"] == "default" and kept.settings["amp"] == "bf16"

@@ -35,31 +35,36 @@ def ablate(session, base: ProbeResult, winner: ProbeResult,
     `session` is the planner's `Session`. Returns the (possibly reduced) winner, one of the measured probes, and
     each knob's record."""
     records, current = [], winner
-    for name in ablatable(base.settings, winner.settings):
+    names = ablatable(base.settings, winner.settings)
+    for i, name in enumerate(names):
         value = current.settings[name]
-        if value == base.settings[name]:
-            continue
         reduced = {**current.settings, name: base.settings[name]}
         record: dict[str, Any] = {"knob": name, "value": value, "without": base.settings[name]}
         records.append(record)
-        if not session.affordable(2):
-            record.update(kept=True, why="not measured: over budget (the search's evidence stands)")
-            continue
         seen = session.seen(reduced)
-        a, b = session.duel(current, seen if seen is not None and seen.ok else reduced, (ROLE + "with", ROLE + name))
-        record["probes"] = [a.id, b.id]
-        if not (a.ok and b.ok):
-            failed = a if not a.ok else b
-            record.update(kept=True, why=f"not measured: {failed.id} {failed.status.value}")
+        seen = seen if seen is not None and seen.ok else None
+        if session.affords_ablation(len(names) - i):
+            a, b = session.duel(current, seen or reduced, (ROLE + "with", ROLE + name))
+            record["probes"] = [a.id, b.id]
+            if not (a.ok and b.ok):
+                failed = a if not a.ok else b
+                record.update(kept=True, why=f"not measured: {failed.id} {failed.status.value}")
+                continue
+            # the keep rule, as for any change: from the pair just measured, with more duels while inconclusive
+            pays = session.beats(b, current)
+            how = "in lockstep" if "lockstep" in b.extra else "in turn"
+        elif seen is not None:  # no time to measure again: the search's own measures of the two decide
+            b, pays, how = seen, session.beats(seen, current), "from the search's measures (over budget to re-measure)"
+            record["probes"] = [seen.id, current.id]
+        else:
+            record.update(kept=True, why="not measured: over budget, and no probe without it to compare")
             continue
-        # the keep rule, as for any change: from the pair just measured, with more duels while inconclusive
-        pays = session.beats(b, current)
         median, low, high = session.gain(b, current)  # with / without
         contribution = {"median": median, "ci_low": low, "ci_high": high}
-        how = "in lockstep" if "lockstep" in b.extra else "in turn"
         record.update(contribution=contribution, kept=pays, method=how)
         text = (f"{knobs.describe({name: value})} contributes {contribution['median']:.2f}x "
-                f"[{contribution['ci_low']:.2f}, {contribution['ci_high']:.2f}] ({how}, {a.id}/{b.id})")
+                f"[{contribution['ci_low']:.2f}, {contribution['ci_high']:.2f}] ({how}, "
+                f"{'/'.join(record['probes'])})")
         if pays:
             decisions.append(f"ablation: {text}: kept")
         else:

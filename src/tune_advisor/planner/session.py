@@ -175,16 +175,26 @@ class Session:
             return self.budget_s * (1 + CONFIRM_GRACE) - self.elapsed()
         return self.budget_s - self.confirmation_s() - self.elapsed()
 
-    def confirmation_s(self) -> float:
-        """The confirmation re-runs the baseline and the current best CONFIRM_ROUNDS times each: their own wall
-        times predict it best."""
+    def confirmation_s(self, ablations: int | None = None) -> float:
+        """What the end of the plan will take: the ablation's pairs (`ablations` of them; default one per knob
+        the current best changes) and the confirmation, which re-runs the baseline and the current best
+        CONFIRM_ROUNDS times each: their own wall times predict it best."""
         if self.baseline is None:
             return CONFIRM_RESERVE * self.typical_probe_s()
         best = self.best if self.best is not None else self.baseline
         confirming = CONFIRM_ROUNDS * (_plain_wall(self.baseline) + _plain_wall(best))
-        # the ablation: one pair per changed knob, each side measuring at most DUEL_MAX_S beyond its start-up
-        pair_s = 2 * min(_plain_wall(best), DUEL_MAX_S + ABLATION_START_S)
-        return confirming + pair_s * len(ablation.ablatable(self.baseline.settings, best.settings))
+        if ablations is None:
+            ablations = len(ablation.ablatable(self.baseline.settings, best.settings))
+        return confirming + self.ablation_pair_s() * ablations
+
+    def ablation_pair_s(self) -> float:
+        """One ablation pair: each side measures at most DUEL_MAX_S beyond its start-up."""
+        best = self.best if self.best is not None else self.baseline
+        return 2 * min(_plain_wall(best), DUEL_MAX_S + ABLATION_START_S) if best is not None else 0.0
+
+    def affords_ablation(self, left: int) -> bool:
+        """Whether the next ablation pair, the `left - 1` after it and the confirmation fit in the budget."""
+        return self.budget_s is None or self.elapsed() + self.confirmation_s(left) <= self.budget_s
 
     def seen(self, settings: dict[str, Any]) -> ProbeResult | None:
         return self._by_settings.get(_key(settings))
