@@ -920,3 +920,16 @@ def test_without_time_for_its_pairs_the_ablation_decides_on_the_searchs_measures
     assert by_knob["amp"]["method"].startswith("from the search's measures")
     assert by_knob["amp"]["contribution"]["median"] == pytest.approx(1.25, rel=0.02)
     assert kept.settings["optimizer_impl"] == "default" and kept.settings["amp"] == "bf16"
+
+
+def test_an_ablation_probe_may_use_the_time_its_pair_was_afforded():
+    clock = FakeClock()
+    session = Session(FakeRunner(lambda s: 1000.0), budget_s=100.0, clock=clock)
+    base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
+    session.baseline, session.best = base, session.run({**base.settings, "batch_size": 32}, "ladder:batch_size")
+    clock.now = 60.0
+    # THEN an exploring probe leaves the ablation's pair and the confirmation their time; an ablation probe only
+    # the confirmation's
+    pair = session.ablation_pair_s()
+    assert pair > 0
+    assert session.time_left("ablate:batch_size") == pytest.approx(session.time_left("ladder:batch_size") + pair)

@@ -173,6 +173,8 @@ class Session:
             return None
         if role.startswith("confirm"):
             return self.budget_s * (1 + CONFIRM_GRACE) - self.elapsed()
+        if role.startswith(ablation.ROLE):  # its pair was afforded with the confirmation after it
+            return self.budget_s - self.confirmation_s(ablations=0) - self.elapsed()
         return self.budget_s - self.confirmation_s() - self.elapsed()
 
     def confirmation_s(self, ablations: int | None = None) -> float:
