@@ -113,13 +113,14 @@ def test_cuda_rules_are_silent_on_cpu_runs():
 
 
 def test_input_pipeline_bound_quotes_the_knee_and_measures_the_gain():
-    # GIVEN the I/O-bound loader: 99% data wait at num_workers=0, ladder 2, 4, 8, 16
-    finding = findings("io_bound")["TA101"]
+    # GIVEN the I/O-bound loader: 99% data wait at num_workers=0, ladder 2, 4, 8, 16, read with no recommendation
+    doc = load("io_bound")
+    doc["recommended"] = None
+    finding = {f["code"]: f for f in evaluate(doc)}["TA101"]
     # THEN it names num_workers=16 (1.5x over 8 with a CI above 1 once the bootstrap keeps loader waves whole)
     assert finding["evidence"]["knee_num_workers"] == 16
-    # AND, as this (older) run recommended 8 workers, the fix does not contradict it: it names 16 as not kept
-    assert finding["fix"]["settings"] == {}
-    assert "not in the recommendation: the planner did not keep num_workers=16" in finding["message"]
+    assert finding["fix"]["settings"] == {"num_workers": 16}
+    assert "num_workers=16 (the knee of the loader ladder)" in finding["message"]
     assert "num_workers=16" in finding["fix"]["snippet"] and "DataLoader(" in finding["fix"]["snippet"]
     # AND its snippet does not spell out persistent_workers=False (the default), which TA103 may advise against
     assert "persistent_workers" not in finding["fix"]["snippet"]
@@ -129,6 +130,15 @@ def test_input_pipeline_bound_quotes_the_knee_and_measures_the_gain():
     assert 1 < gain["speedup"]["ci_low"] < gain["speedup"]["median"] < gain["speedup"]["ci_high"]
     assert gain["time_saved_frac"] == pytest.approx(1 - 1 / gain["speedup"]["median"])
     assert {"p001", "p012"} <= set(finding["probes"])  # the baseline and the 16-worker probe
+
+
+def test_input_pipeline_bound_names_the_planners_choice_of_workers_when_it_made_one():
+    # GIVEN the same run as recorded: the planner recommended 8 workers, the ladder's knee reads 16
+    finding = findings("io_bound")["TA101"]
+    # THEN the finding names 8, with 8's measured gain, so the report states one value (the knee stays evidence)
+    assert finding["fix"]["settings"] == {"num_workers": 8} and finding["evidence"]["knee_num_workers"] == 16
+    assert "num_workers=8 (the planner's choice) trains" in finding["message"]
+    assert "num_workers=8" in finding["fix"]["snippet"] and finding["gain"]["speedup"]["ci_low"] > 1
 
 
 def test_estimated_gains_are_labelled():

@@ -37,8 +37,9 @@ def input_pipeline_bound(ctx: Context) -> Finding | None:
         the upper bound `1 / (1 - data_wait_frac)` (all waiting removed) and labelled so.
 
     Fix:
-        Set `num_workers` to the knee in your DataLoader; if the data comes from disk or network, more workers
-        than cores can still pay. If the knee is the largest value tried, try larger values.
+        Set `num_workers` to the knee (or the planner's choice, when it recommends one) in your DataLoader;
+        if the data comes from disk or network, more workers than cores can still pay. If the knee is the
+        largest value tried, try larger values.
 
     Example:
         `waiting for the next batch takes 99% of each step at num_workers=0; num_workers=8 (the knee of the
@@ -64,12 +65,18 @@ def input_pipeline_bound(ctx: Context) -> Finding | None:
         tried = f"; no larger num_workers measured better ({', '.join(map(str, ladder))} tried)" if len(ladder) > 1 \
             else "; no num_workers ladder was measured"
         return Finding(head + tried, evidence, {}, snippets.dataloader(base.settings, ctx.cuda), gain, base.ids)
-    gain = ctx.gain(base, knee)
-    top = knee["num_workers"] == max(ladder)
-    message = (f"{head}; num_workers={knee['num_workers']} (the knee of the loader ladder) trains {gain.text()} "
+    # The planner's choice of workers, when it made one, outranks this reading of the ladder: it was kept in
+    # comparisons measured side by side, and the report must name one value.
+    rec = ctx.recommended
+    chosen = ctx.variant(base, num_workers=rec["num_workers"]) if rec is not None and rec is not base and \
+        rec["num_workers"] != workers else None
+    pick, why = (chosen, "the planner's choice") if chosen is not None else (knee, "the knee of the loader ladder")
+    gain = ctx.gain(base, pick)
+    top = pick["num_workers"] == max(ladder)
+    message = (f"{head}; num_workers={pick['num_workers']} ({why}) trains {gain.text()} "
                f"faster" + (" and was the largest value tried: larger ones may gain more" if top else ""))
-    fix = {"num_workers": knee["num_workers"]}
-    return Finding(message, evidence, fix, snippets.dataloader({**base.settings, **fix}, ctx.cuda), gain, knee.ids)
+    fix = {"num_workers": pick["num_workers"]}
+    return Finding(message, evidence, fix, snippets.dataloader({**base.settings, **fix}, ctx.cuda), gain, pick.ids)
 
 
 @rule("TA102", "loader-oversubscribed", "warning")
