@@ -66,8 +66,9 @@ def test_combines_every_real_gain_and_confirms_it():
     assert rec["num_workers"] == 0 and rec["checkpointing"] is False
     # AND the speedup (1.5 * 1.2 * 1.7 = 3.06x) comes from baseline and winner re-measured interleaved
     assert 2.9 < outcome.speedup["median"] < 3.2 and outcome.speedup["ci_low"] > 2.8
-    assert [p.role for p in outcome.probes][-4:] == ["confirm:baseline", "confirm:recommended",
-                                                     "confirm:recommended", "confirm:baseline"]  # A B, B A
+    assert [p.role for p in outcome.probes][-8:] == [  # A B, B A, A B; then each once alone, for its figure
+        "confirm:baseline", "confirm:recommended", "confirm:recommended", "confirm:baseline",
+        "confirm:baseline", "confirm:recommended", "confirm:alone:recommended", "confirm:alone:baseline"]
     # AND the knobs that could not pay were not probed, with the reason recorded
     assert tried(runner, "num_workers") == [0] and tried(runner, "checkpointing") == [False]
     assert any(d.startswith("num_workers: skipped: the step waits for data only") for d in outcome.decisions)
@@ -455,12 +456,12 @@ def test_a_real_gain_hidden_by_a_slow_moment_is_found_by_a_lockstep_pair():
                                search={"batch_size": [16]}, device=CPU_AMP_ONLY, lockstep=True,
                                moment=lambda s, role: 0.85 if s["amp"] == "bf16" and role == "knob:amp" else 1.0)
     # THEN its one pair beside the baseline found the gain, its ablation (one pair) kept it, and the confirmation
-    # (two more pairs) measured it
+    # (three more pairs) measured it
     assert outcome.recommended.settings["amp"] == "bf16"
     assert any(d.startswith("amp: kept amp=bf16 (1.1") and "in lockstep" in d for d in outcome.decisions)
     assert [a["knob"] for a in outcome.ablation if a["kept"]] == ["amp"]
     assert 1.09 < outcome.speedup["median"] < 1.15 and outcome.speedup["ci_low"] > 1.03
-    assert "lockstep" in outcome.speedup["method"] and len(runner.pairs) == 4
+    assert "lockstep" in outcome.speedup["method"] and len(runner.pairs) == 5
 
 
 def test_clear_cases_are_decided_without_a_duel():
@@ -490,14 +491,16 @@ def test_without_lockstep_the_duel_runs_one_probe_after_the_other():
     # GIVEN a runner that cannot measure two probes together (DDP, --executor ray) and an inconclusive 12% gain
     outcome, runner = run_plan(lambda s: 1000.0 * (1.12 if s["amp"] == "bf16" else 1.0), workload=MLP,
                                search={"batch_size": [16]}, jitter=0.5, device=CPU_AMP_ONLY)
-    # THEN both were measured once more in turn, and the confirmation ran A B, B A
+    # THEN both were measured once more in turn, and the confirmation ran A B, B A, A B, then each alone
     rechecks = [p for p in outcome.probes if p.role == "recheck"]
     assert [p.settings["amp"] for p in rechecks][:2] == ["off", "bf16"]
     confirm = [(p.role, p.settings["amp"]) for p in outcome.probes if p.role.startswith("confirm")]
     assert confirm == [("confirm:baseline", "off"), ("confirm:recommended", "bf16"),
-                       ("confirm:recommended", "bf16"), ("confirm:baseline", "off")]
+                       ("confirm:recommended", "bf16"), ("confirm:baseline", "off"),
+                       ("confirm:baseline", "off"), ("confirm:recommended", "bf16"),
+                       ("confirm:alone:recommended", "bf16"), ("confirm:alone:baseline", "off")]
     assert outcome.speedup["method"] == ("baseline and recommended measured one after the other, in alternating "
-                                         "order, 2 rounds")
+                                         "order, 3 rounds")
     assert runner.pairs == []
 
 
@@ -715,7 +718,8 @@ def test_knobs_option_limits_what_the_planner_explores():
     assert knobs.describe(outcome.recommended.settings, outcome.baseline.settings) == "batch_size=64"
     assert tried(runner, "amp") == ["off"] and tried(runner, "channels_last") == [False]
     assert {p.role for p in outcome.probes} <= {"baseline", "ladder:batch_size", "recheck", "confirm:baseline",
-                                                 "confirm:recommended", "ablate:with", "ablate:batch_size"}
+                                                 "confirm:recommended", "confirm:alone:baseline",
+                                                 "confirm:alone:recommended", "ablate:with", "ablate:batch_size"}
     assert outcome.decisions[0] == "exploring only num_workers, batch_size (--knobs)"
 
 
@@ -774,11 +778,11 @@ def test_probes_get_what_is_left_of_the_budget_as_their_limit():
     runner, clock = FakeRunner(lambda s: 1000.0, wall_s=5.0), FakeClock()
     session = Session(runner, 60.0, clock=clock)
     session.baseline = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
-    clock.now = 30.0
-    # GIVEN 30 s left, and a confirmation predicted at 2 x (5 s + 5 s)
+    clock.now = 20.0
+    # GIVEN 40 s left, and a confirmation predicted at 3 x (5 s + 5 s): two lockstep rounds, then each side alone
     # THEN an exploring probe may run until the confirmation must begin; the confirmation 5% past the budget
-    assert session.time_left("ladder:batch_size") == 60.0 - 20.0 - 30.0
-    assert session.time_left("confirm:baseline") == 60.0 * (1 + CONFIRM_GRACE) - 30.0
+    assert session.time_left("ladder:batch_size") == 60.0 - 30.0 - 20.0
+    assert session.time_left("confirm:baseline") == 60.0 * (1 + CONFIRM_GRACE) - 20.0
     assert Session(runner).time_left("knob:amp") is None
     # AND the runner's limit is the smaller of the probe timeout and that, and says which it is
     spec = ProbeSpec(id="p1", workload="w.py", settings={}, timeout_s=120.0, budget_left_s=10.0)
@@ -882,8 +886,14 @@ def test_a_settings_figure_covers_its_runs_and_says_what_kind_of_interval_it_is(
     # GIVEN a second run alone: the two make a prediction interval of one more run, said so
     session.run(settings, "recheck", reuse=False)
     figure = session.figure(settings)
-    assert figure["runs"] == ["p001", "p004"] and "over 2 runs (alone)" in figure["interval"]
-    assert figure["ci_low"] < 1000 < figure["ci_high"]
+    assert figure["runs"] == ["p001", "p004"] and "from 2 runs (alone)" in figure["interval"]
+    assert "1 degrees of freedom" in figure["interval"] and figure["ci_low"] < 1000 < figure["ci_high"]
+    # AND settings run alone once borrow that run-to-run drift: a prediction interval too, not one window's CI
+    other = {**settings, "batch_size": 32}
+    session.run(other, "ladder:batch_size")
+    assert session.figure(other)["interval"].startswith("95% prediction interval of one more run, from 1 run ")
+    width = session.figure(other)["ci_high"] / session.figure(other)["ci_low"]
+    assert width > figure["ci_high"] / figure["ci_low"]  # one run of its own: a wider interval than two
     # GIVEN settings measured only beside partners: their runs make the figure, said so
     paired = {**settings, "amp": "bf16"}
     c, d = runner.pair([("p005", settings, "recheck"), ("p006", paired, "knob:amp")])

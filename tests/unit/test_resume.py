@@ -61,7 +61,7 @@ def trace(session):
 
 
 @pytest.mark.parametrize("lockstep", [False, True], ids=["in-turn", "lockstep"])
-@pytest.mark.parametrize("budget_s", [None, 60.0])  # 60 s: the budget ends the search (5 s fake probes)
+@pytest.mark.parametrize("budget_s", [None, 70.0])  # 70 s: the budget ends the search (5 s fake probes)
 def test_a_resumed_plan_runs_only_the_missing_probes_and_ends_as_an_uninterrupted_one(budget_s, lockstep):
     whole, expected, whole_runner, _ = run(budget_s, lockstep=lockstep)
     assert expected.speedup is not None and len(whole_runner.calls) > 6

@@ -67,3 +67,58 @@ def test_the_prediction_interval_of_runs_covers_one_more_run_about_95_percent_of
         # THEN the next run falls inside it about 95% of the time (a within-window CI would say nothing of it)
         assert 0.93 <= covered / 2000 <= 0.97, (n, covered)
     assert all(np.isnan(prediction_interval([1000.0])))
+
+
+def test_a_ratio_over_rounds_covers_the_truth_when_rounds_drift_where_resampled_steps_do_not():
+    from tune_advisor.analysis.stats import ratio_ci, rounds_ratio_interval
+
+    # GIVEN A/A lockstep rounds (no true difference): within a round both sides share the machine's state, but
+    # each round carries its own 4% offset between the sides (which side's caches were warm, a frequency step),
+    # and the steps inside a round are tightly correlated
+    rng = np.random.default_rng(3)
+    covered_rounds = covered_steps = 0
+    trials = 400
+    for _ in range(trials):
+        ratios, a_all, b_all = [], [], []
+        for _ in range(3):
+            offset = np.exp(rng.normal(0, 0.04))
+            a = 0.02 * (1 + rng.normal(0, 0.01, 40))
+            b = a * offset * (1 + rng.normal(0, 0.01, 40))
+            ratios.append(a.sum() / b.sum())  # throughput of B over A
+            a_all += list(a)
+            b_all += list(b)
+        _, low, high = ratio_ci([1.0] * 120, a_all, [1.0] * 120, b_all, paired=True)
+        covered_steps += low <= 1 <= high
+        _, low, high = rounds_ratio_interval(ratios, within=(low, high))
+        covered_rounds += low <= 1 <= high
+    # THEN Student's t over the rounds covers 1 about 95% of the time; the steps' bootstrap far less often
+    assert covered_rounds / trials >= 0.92, covered_rounds
+    assert covered_steps / trials < 0.6, covered_steps
+
+
+def test_a_ratio_over_rounds_keeps_its_floor_and_its_median():
+    from tune_advisor.analysis.stats import rounds_ratio_interval
+
+    # GIVEN rounds that agree to the third digit: the steps' CI is the floor
+    centre, low, high = rounds_ratio_interval([1.200, 1.201, 1.199], within=(1.15, 1.25))
+    assert centre == pytest.approx(1.2, abs=1e-3) and (low, high) == (1.15, 1.25)
+    # GIVEN one round that went wrong: the median shrugs it off, the interval widens honestly
+    centre, low, high = rounds_ratio_interval([1.0, 1.0, 1.0, 1.3, 1.0])
+    assert centre == pytest.approx(1.0) and low < 1.0 < high and high > 1.1
+    # GIVEN one round: its steps' CI, or a pooled spread when other comparisons were repeated
+    assert rounds_ratio_interval([1.1], within=(1.05, 1.15))[1:] == (1.05, 1.15)
+    _, low, high = rounds_ratio_interval([1.1], within=(1.09, 1.11), spread=(0.05, 4))
+    assert low < 1.0 and high > 1.2  # t(4 df) x 5%: wider than the steps say
+    assert all(np.isnan(rounds_ratio_interval([1.1])[1:]))
+
+
+def test_a_drift_pooled_over_settings_has_all_their_degrees_of_freedom():
+    from tune_advisor.analysis.stats import pooled_log_sd, prediction_interval
+
+    # GIVEN three settings with 2, 3 and 1 runs: 1 + 2 degrees of freedom (the single run adds none)
+    sd, df = pooled_log_sd([[1000, 1100], [500, 520, 480], [800]])
+    assert df == 3 and 0.02 < sd < 0.08
+    assert pooled_log_sd([[1000], [2000]]) == (pytest.approx(float("nan"), nan_ok=True), 0)
+    # AND a single run with that spread gets a prediction interval around itself
+    centre, low, high = prediction_interval([800], spread=(sd, df))
+    assert centre == pytest.approx(800) and low < 800 < high

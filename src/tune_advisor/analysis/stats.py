@@ -131,15 +131,71 @@ _T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2
         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 
 
-def prediction_interval(rates: Sequence[float]) -> tuple[float, float, float]:
+def t95(df: int) -> float:
+    """Student's t, two-sided 95%, for `df` degrees of freedom (>= 1)."""
+    return _T95[df - 1] if df <= len(_T95) else 1.96
+
+
+def pooled_log_sd(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
+    """(sd, degrees of freedom) of the logs of positive values, pooled over the groups that hold two or more
+    (each group's own mean removed); (NaN, 0) when none does.
+
+    Used for repeated runs of several settings in one session: how far one run drifts from the next is mostly a
+    property of the machine, not of the settings, so settings measured once borrow the spread of those measured
+    more often, and the pooled estimate has the degrees of freedom of all of them."""
+    squares, df = 0.0, 0
+    for group in groups:
+        logs = np.log(np.asarray([v for v in group if v > 0], dtype=float))
+        if logs.size >= 2:
+            squares += float(np.sum((logs - logs.mean()) ** 2))
+            df += logs.size - 1
+    return (float(np.sqrt(squares / df)), df) if df else (float("nan"), 0)
+
+
+def prediction_interval(rates: Sequence[float], spread: tuple[float, int] | None = None) -> tuple[float, float, float]:
     """(centre, low, high): the geometric mean of separate runs' throughputs and the 95% prediction interval of
-    one more run, from the spread of their logs (Student's t with n-1 degrees of freedom). Unlike a CI over one
-    window's steps, this covers the drift between runs; NaNs with fewer than two runs."""
+    one more run, from the spread of their logs (Student's t). Unlike a CI over one window's steps, this covers
+    the drift between runs. `spread`: a (log sd, degrees of freedom) pooled over more runs (`pooled_log_sd`),
+    used instead of these runs' own; without it, NaNs with fewer than two runs."""
     logs = np.log(np.asarray([r for r in rates if r > 0], dtype=float))
     n = logs.size
-    if n < 2:
+    if spread is not None and spread[1] >= 1 and n >= 1:
+        sd, df = spread
+    elif n >= 2:
+        sd, df = float(logs.std(ddof=1)), n - 1
+    else:
         return float("nan"), float("nan"), float("nan")
-    t = _T95[n - 2] if n - 1 <= len(_T95) else 1.96
-    half = t * logs.std(ddof=1) * np.sqrt(1 + 1 / n)
+    half = t95(df) * sd * np.sqrt(1 + 1 / n)
     centre = logs.mean()
     return float(np.exp(centre)), float(np.exp(centre - half)), float(np.exp(centre + half))
+
+
+def rounds_ratio_interval(ratios: Sequence[float], within: tuple[float, float] | None = None,
+                          spread: tuple[float, int] | None = None) -> tuple[float, float, float]:
+    """(centre, low, high): the median of per-round ratios (each round: both sides measured together; a median shrugs
+    off one round that went wrong) and the 95% CI of their geometric mean with Student's t over the rounds (widened
+    to hold the median), so the drift between rounds counts, not only the jitter of steps inside them. Steps within
+    a round are not independent draws (the machine's state carries from one to the next), which is why a CI from
+    resampled steps is too narrow (the gate's A/A rounds showed it).
+
+    `spread`: a (log sd, degrees of freedom) pooled over more repeated comparisons, used instead of the rounds' own
+    when it has more degrees of freedom. `within` (low, high): the CI from the rounds' steps, a floor: a round-to-
+    round spread that happens to be small cannot make the interval narrower than the steps allow. With one round and
+    no pooled spread, `within` is the interval; NaNs without either."""
+    logs = np.log(np.asarray([r for r in ratios if r > 0], dtype=float))
+    n = logs.size
+    if n == 0:
+        return float("nan"), float("nan"), float("nan")
+    own = (float(logs.std(ddof=1)), n - 1) if n >= 2 else (float("nan"), 0)
+    sd, df = spread if spread is not None and spread[1] > own[1] else own
+    centre = float(np.exp(np.median(logs)))
+    if df >= 1:
+        half = t95(df) * sd / np.sqrt(n)
+        low, high = float(np.exp(logs.mean() - half)), float(np.exp(logs.mean() + half))
+    elif within is None:
+        return centre, float("nan"), float("nan")
+    else:
+        low, high = within
+    if within is not None:
+        low, high = min(low, within[0]), max(high, within[1])
+    return centre, min(low, centre), max(high, centre)

@@ -30,7 +30,14 @@ LOADER_DUEL_FROM = 0.75
 CLEAR_GAIN = 1.5
 MAX_DUELS = 3  # per comparison: a gain still inconclusive after a duel earns another, up to this many
 MIN_RUNS = 3  # runs per side from which their spread, not the steps', measures the noise (duels in turn add them)
-CONFIRM_ROUNDS = 2  # baseline and winner measured together in lockstep, twice (each side moves first once)
+# Baseline and winner measured together in lockstep, three rounds (the first mover alternates): the speedup's CI
+# uses Student's t over the rounds, and two rounds leave one degree of freedom (t = 12.7). A third round is run
+# while the budget allows it; two are the least.
+CONFIRM_ROUNDS = 3
+CONFIRM_MIN_ROUNDS = 2
+# Then each of the two once more alone, so that its printed figure rests on separate runs of the kind training sees
+# (a lockstep partner's turns leave the caches cold) and its interval on the drift between them.
+CONFIRM_ALONE = 1
 # Probes that explore only screen: they decide the clear cases and duels decide the rest, so measuring one
 # longer buys little. A noisy one, on a machine whose speed swings, would otherwise run to its cap.
 SCREEN_MAX_S = 3.0
@@ -40,7 +47,7 @@ SCREENING_ROLES = ("knob:", "ladder:", "bisect:")
 # otherwise extend to its cap: io_bound's 16 against 32 workers took 6.0 + 9.8 s).
 DUEL_MAX_S = 4.0
 ABLATION_START_S = 2.0  # a lockstep side's start and warm-up, beyond its measured window
-CONFIRM_RESERVE = 2 * CONFIRM_ROUNDS  # probes kept back from the budget for the confirmation
+CONFIRM_RESERVE = 2 * (CONFIRM_MIN_ROUNDS + CONFIRM_ALONE)  # probes kept back from the budget for the confirmation
 # The confirmation may run this far past --budget (the contract is "within 10%"): it is what the recommendation
 # rests on, and its probes' wall times vary with the machine's speed. Exploring probes stop where it must begin.
 CONFIRM_GRACE = 0.05
@@ -180,11 +187,12 @@ class Session:
     def confirmation_s(self, ablations: int | None = None) -> float:
         """What the end of the plan will take: the ablation's pairs (`ablations` of them; default one per knob
         the current best changes) and the confirmation, which re-runs the baseline and the current best
-        CONFIRM_ROUNDS times each: their own wall times predict it best."""
+        CONFIRM_MIN_ROUNDS times each in lockstep and CONFIRM_ALONE times alone (a further round only where time
+        is left then): their own wall times predict it best."""
         if self.baseline is None:
             return CONFIRM_RESERVE * self.typical_probe_s()
         best = self.best if self.best is not None else self.baseline
-        confirming = CONFIRM_ROUNDS * (_plain_wall(self.baseline) + _plain_wall(best))
+        confirming = (CONFIRM_MIN_ROUNDS + CONFIRM_ALONE) * (_plain_wall(self.baseline) + _plain_wall(best))
         if ablations is None:
             ablations = len(ablation.ablatable(self.baseline.settings, best.settings))
         return confirming + self.ablation_pair_s() * ablations
@@ -341,23 +349,44 @@ class Session:
     def figure(self, settings: dict[str, Any], unit: str = "samples/s") -> dict[str, Any] | None:
         """The throughput a report prints for `settings`: the best-founded estimate from all its measures in the
         run, from runs of one kind: measured alone (what training sees) when there are any, else beside a lockstep
-        partner (whose turns leave the caches cold: never pooled with the others). With two or more, their
-        geometric mean and the 95% prediction interval of one more run (`stats.prediction_interval`: it covers
-        the drift between runs); with one, its window's CI, labelled as within one window. None without a
-        measured run."""
+        partner (whose turns leave the caches cold: never pooled with the others). Their geometric mean, and the
+        95% prediction interval of one more run (`stats.prediction_interval`), its spread from every setting of
+        that kind run more than once in this session (`drift`); with no repeated run at all, the one window's
+        CI, labelled as such. None without a measured run."""
         alone = self.runs(settings, paired=False)
         runs = alone or self.runs(settings, paired=True)
         if not runs:
             return None
         kind = "alone" if alone else "beside a partner"
-        if len(runs) == 1:
+        spread = self.drift(paired=not alone)
+        if spread[1] == 0:
             median, low, high = runs[0].throughput()
             interval = f"95% CI within one measured window ({runs[0].id}, {kind}): a re-run may fall outside it"
         else:
-            median, low, high = stats.prediction_interval([window_rate(p) for p in runs])
-            interval = f"95% prediction interval of one more run, over {len(runs)} runs ({kind})"
+            median, low, high = stats.prediction_interval([window_rate(p) for p in runs], spread)
+            interval = (f"95% prediction interval of one more run, from {len(runs)} run{'s' if len(runs) > 1 else ''}"
+                        f" ({kind}), the drift between runs from every repeated setting ({spread[1]} degrees of "
+                        "freedom)")
         return {"median": median, "ci_low": low, "ci_high": high, "unit": unit, "interval": interval,
                 "runs": [p.id for p in runs]}
+
+    def drift(self, paired: bool) -> tuple[float, int]:
+        """(log sd, degrees of freedom) of the run-to-run spread of throughput, pooled over every setting that has
+        two or more measured runs of this kind (`stats.pooled_log_sd`)."""
+        groups: dict[tuple, list[float]] = {}
+        for p in self.probes:
+            if p.ok and p.measured and (p.paired_with is not None) == paired:
+                groups.setdefault(_key(p.settings), []).append(window_rate(p))
+        return stats.pooled_log_sd(list(groups.values()))
+
+    def lockstep_drift(self) -> tuple[float, int]:
+        """(log sd, degrees of freedom) of the round-to-round spread of lockstep ratios, pooled over every pair of
+        settings compared in lockstep more than once (duels, confirmation rounds)."""
+        groups = []
+        for pairs in self._duels.values():
+            done = [(a, b) for a, b in pairs if a.ok and b.ok and "lockstep" in a.extra and "lockstep" in b.extra]
+            groups.append([window_rate(b) / window_rate(a) for a, b in done])
+        return stats.pooled_log_sd(groups)
 
     def common_kind(self, *settings: dict[str, Any]) -> bool | None:
         """The kind of measure (paired: True, alone: False) that every one of `settings` has; alone where both
@@ -523,42 +552,67 @@ def _key(settings: dict[str, Any]) -> tuple:
 
 def confirm(session: Session, base: ProbeResult, winner: ProbeResult,
             notes: list[str]) -> tuple[ProbeResult, dict[str, Any] | None]:
-    """Measure baseline and winner together, CONFIRM_ROUNDS lockstep duels (each side moves first once): drift
-    hits both alike. Returns (recommended, speedup).
+    """Measure baseline and winner together in lockstep rounds (CONFIRM_MIN_ROUNDS, then up to CONFIRM_ROUNDS
+    while the budget allows; the first mover alternates): drift hits both alike. Then each once more alone, for
+    the figures the report prints. Returns (recommended, speedup).
 
-    The winner stays recommended only if this measurement shows a gain beyond the noise too. A round that fails
-    (the budget ran out in it, say) leaves the rounds before it to decide, with a note.
+    The speedup is the geometric mean of the rounds' ratios, with a 95% CI from Student's t over the rounds
+    (`stats.rounds_ratio_interval`), so it covers the drift between rounds. The winner stays recommended only if
+    that CI shows a gain beyond the noise too. A round that fails (the budget ran out in it, say) leaves the rounds
+    before it to decide, with a note.
     """
     rounds = []
     for i in range(CONFIRM_ROUNDS):
+        if i >= CONFIRM_MIN_ROUNDS and not _affords_round(session, base, winner):
+            break
         a, b = session.duel(base, winner, ("confirm:baseline", "confirm:recommended"), first=i % 2)
         rounds.append((a, b))
         if not (a.ok and b.ok):
             break
     failed = next((r for pair in rounds for r in pair if not r.ok), None)
-    finished = [(a, b) for a, b in rounds if a.ok and b.ok]
+    finished = [(a, b) for a, b in rounds if a.ok and b.ok and a.measured and b.measured]
     if failed is not None:
         keeps = (f"the speedup comes from the {len(finished)} round{'s' if len(finished) != 1 else ''} that "
                  "finished" if finished else "keeping the baseline")
         notes.append(f"confirmation probe {failed.id} failed ({failed.status.value}: {failed.error}); {keeps}")
         if not finished:
             return base, None
-    median, low, high = pair_ratio(finished, waves=(base.wave, winner.wave))
+    _, within_low, within_high = pair_ratio(finished, waves=(base.wave, winner.wave))
     lockstep = all("lockstep" in r.extra for pair in finished for r in pair)
+    spread = session.lockstep_drift() if lockstep else None
+    median, low, high = stats.rounds_ratio_interval([window_rate(b) / window_rate(a) for a, b in finished],
+                                                    within=(within_low, within_high), spread=spread)
     how = ("measured together in lockstep, step by step" if lockstep
            else "measured one after the other, in alternating order")
     rounds_text = f"{len(finished)} round{'s' if len(finished) != 1 else ''}"
+    if len(finished) >= 2 or (spread and spread[1]):
+        interval = (f"95% CI of the geometric mean of the {rounds_text}' ratios, Student's t over the rounds (the "
+                    "drift between rounds counts), at least as wide as the CI from their steps")
+    else:
+        interval = "95% bootstrap CI of the ratio over one round's steps: within one window"
     speedup = {"median": median, "ci_low": low, "ci_high": high,
-               "method": f"baseline and recommended {how}, {rounds_text}",
-               "interval": f"95% bootstrap CI of the ratio over the {rounds_text}' steps"
-                           + (", resampled in pairs of steps taken side by side" if lockstep else ""),
+               "method": f"baseline and recommended {how}, {rounds_text}", "interval": interval,
                "probes": [r.id for pair in rounds for r in pair]}
+    for settings, role in ((winner.settings, "confirm:alone:recommended"), (base.settings, "confirm:alone:baseline")):
+        for _ in range(CONFIRM_ALONE):
+            left = session.time_left(role)
+            if left is not None and left < _plain_wall(winner if settings == winner.settings else base):
+                break
+            alone = session.run(settings, role, reuse=False)
+            speedup["probes"].append(alone.id)
     if not (median >= 1 + MIN_GAIN and low > 1.0):
         notes.append(f"the confirmation measured {median:.2f}x [{low:.2f}, {high:.2f}] for "
                      f"{knobs.describe(winner.settings, base.settings)}: within noise, so the baseline "
                      "stays recommended")
         return base, speedup
     return winner, speedup
+
+
+def _affords_round(session: Session, base: ProbeResult, winner: ProbeResult) -> bool:
+    """Whether one more lockstep round and the runs alone after it fit before the confirmation's deadline."""
+    left = session.time_left("confirm:baseline")
+    one = _plain_wall(base) + _plain_wall(winner)
+    return left is None or left >= one * (1 + CONFIRM_ALONE)
 
 
 class Planner:
