@@ -41,6 +41,13 @@ def inside(rate: float, figure: dict | None) -> bool:
     return bool(figure) and figure["ci_low"] is not None and figure["ci_low"] <= rate <= figure["ci_high"]
 
 
+def width(figure: dict | None) -> str:
+    """How wide a printed interval is, high/low: a coverage bought with useless width should show."""
+    if not figure or not figure.get("ci_low"):
+        return "none"
+    return f"{figure['ci_high'] / figure['ci_low']:.2f}"
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("names", nargs="*")
@@ -51,7 +58,7 @@ def main(argv: list[str]) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="repro-"))
     hits = total = 0
     print(f"{'fixture':<20} {'run':>3} {'recommended':<45} {'speedup':>8} {'re-measured':>11} {'ratio':>6} "
-          f"{'inside':>7}")
+          f"{'inside':>7}  interval widths (high/low: baseline, recommended)")
     for name in names:
         path = ROOT / "fixtures" / f"{name}.py"
         runs = []
@@ -70,7 +77,8 @@ def main(argv: list[str]) -> int:
             runs.append((doc, figures))
             changes = knobs.describe(doc["recommended"]["settings"], doc["baseline"]["settings"])
             print(f"{name:<20} {i:>3} {changes[:45]:<45} {reported:>7.2f}x {again:>10.2f}x "
-                  f"{reported / again:>6.3f} {n_in:>3}/{len(base_rates) + len(rec_rates)}", flush=True)
+                  f"{reported / again:>6.3f} {n_in:>3}/{len(base_rates) + len(rec_rates)}  "
+                  f"{width(figures.get('baseline'))}, {width(figures.get('recommended'))}", flush=True)
         (a, fa), (b, fb) = runs
         same = a["recommended"]["settings"] == b["recommended"]["settings"]
         within = inside((fb.get("recommended") or {}).get("median") or 0, fa.get("recommended")) and inside(
