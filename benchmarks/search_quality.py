@@ -33,7 +33,8 @@ import numpy as np
 
 from tune_advisor import api, environment, knobs, results
 from tune_advisor.errors import UsageError
-from tune_advisor.planner.session import pair_ratio, together
+from tune_advisor.planner.compare import pair_ratio
+from tune_advisor.planner.keep import together
 from tune_advisor.probe import lockstep
 from tune_advisor.probe.result import ProbeResult
 from tune_advisor.probe.runner import run_probe

@@ -121,7 +121,7 @@ def test_probe_results_are_read_like_probe_dicts():
 
 def test_the_planner_does_not_bar_a_compile_whose_losses_agree_at_the_same_steps():
     from tune_advisor import knobs
-    from tune_advisor.planner.session import Planner
+    from tune_advisor.planner.base import Planner
     from tune_advisor.probe.result import ProbeResult
 
     def result(pid, warmup, loss=loss_at, **settings):

@@ -766,13 +766,13 @@ def test_with_three_runs_a_side_their_spread_not_the_steps_measures_the_noise():
     base = knobs.full_settings({"batch_size": 16})
     a = [session.run(base, "baseline", reuse=False) for _ in range(3)]
     b = [session.run({**base, "amp": "bf16"}, "knob:amp", reuse=False) for _ in range(3)]
-    from tune_advisor.planner.session import window_rate
+    from tune_advisor.planner.compare import window_rate
     assert session.gain(a[0], b[0]) == stats.runs_ratio_ci([window_rate(p) for p in a],
                                                            [window_rate(p) for p in b])
 
 
 def test_probes_get_what_is_left_of_the_budget_as_their_limit():
-    from tune_advisor.planner.session import CONFIRM_GRACE
+    from tune_advisor.planner.confirm import CONFIRM_GRACE
     from tune_advisor.probe.spec import ProbeSpec
 
     runner, clock = FakeRunner(lambda s: 1000.0, wall_s=5.0), FakeClock()
@@ -822,7 +822,7 @@ def test_a_partner_that_fails_leaves_its_recheck_stopped_and_the_run_goes_on(fai
 
 
 def test_an_unmeasured_probe_has_no_rate_and_compares_as_unknown():
-    from tune_advisor.planner.session import window_rate
+    from tune_advisor.planner.compare import window_rate
 
     empty = ProbeResult("p009", knobs.full_settings(), Status.STOPPED, error="stopped before its first step")
     assert math.isnan(window_rate(empty))

@@ -1,6 +1,11 @@
 """Which probes to run, in what order, within the budget (SPEC §5).
 
-session.py   the probe session (numbering, reuse, budget), the noise-aware comparison, the confirmation
+base.py      what every strategy shares: PlanContext in, Outcome out, the Planner's baseline-search-ablate-confirm
+session.py   the probe session: numbering, reuse, resume replay, the budget, every measure and its figure
+compare.py   the noise-aware comparison: gains, duels, when a gain counts
+ablation.py  each changed knob measured beside the winner without it
+confirm.py   the confirmation: baseline and winner again, in lockstep rounds and alone
+keep.py      the keep rule shared by planner and rules (MIN_GAIN), and which settings can run in lockstep
 adaptive.py  the default planner: most promising knob first, re-opening the knobs a kept change interacts with
 grid.py      `--strategy grid`: the full factorial of SEARCH
 """
@@ -9,7 +14,9 @@ from __future__ import annotations
 
 from .adaptive import AdaptivePlanner
 from .grid import GridPlanner
-from .session import MIN_GAIN, Outcome, PlanContext, Session
+from .base import Outcome, PlanContext
+from .keep import MIN_GAIN
+from .session import Session
 
 STRATEGIES = {"adaptive": AdaptivePlanner, "grid": GridPlanner}
 

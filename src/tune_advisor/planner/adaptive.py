@@ -16,7 +16,10 @@ from typing import Any
 
 from .. import knobs
 from ..probe.result import ProbeResult
-from .session import DUEL_FROM, LOADER_DUEL_FROM, MIN_GAIN, PlanContext, Planner, Session, without
+from .base import PlanContext, Planner
+from .compare import DUEL_FROM, LOADER_DUEL_FROM
+from .keep import MIN_GAIN, without
+from .session import Session
 
 MIN_DATA_WAIT = 0.03  # below this share of the step spent waiting for data, more loader workers cannot pay MIN_GAIN
 MIN_COPY_SHARE = 0.03  # likewise for host-to-device copies and pinned memory

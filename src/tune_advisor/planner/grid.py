@@ -9,7 +9,7 @@ from typing import Any
 
 from .. import knobs
 from ..probe.result import ProbeResult
-from .session import PlanContext, Planner
+from .base import PlanContext, Planner
 
 
 def combinations(ctx: PlanContext) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ from typing import Any, Iterable
 
 from .. import knobs
 from ..analysis import parity, stats
-from ..planner.session import MIN_GAIN as SIGNIFICANT_GAIN  # the planner's bar: rules judge gains the same way
+from ..planner.keep import MIN_GAIN as SIGNIFICANT_GAIN  # the planner's bar: rules judge gains the same way
 
 
 def num(x: Any) -> float | None:

@@ -1,0 +1,107 @@
+"""What every strategy shares: the plan's inputs (PlanContext), its result (Outcome), and the Planner that runs
+the baseline first and the ablation and confirmation last."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import knobs
+from ..analysis import parity
+from ..probe.result import ProbeResult
+from . import ablation
+from .confirm import confirm
+from .session import Session
+
+
+@dataclass
+class PlanContext:
+    baseline: dict[str, Any]  # every knob
+    search: dict[str, list]  # the workload's SEARCH
+    workload: knobs.WorkloadFacts
+    device: knobs.DeviceFacts
+    memory_budget_bytes: int | None = None
+    explore: tuple[str, ...] | None = None  # --knobs: the only knobs the adaptive planner explores; None: all
+
+
+@dataclass
+class Outcome:
+    strategy: str
+    baseline: ProbeResult
+    recommended: ProbeResult
+    speedup: dict[str, Any] | None
+    probes: list[ProbeResult]
+    unexplored: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    decisions: list[str] = field(default_factory=list)  # why each knob was kept, dropped or skipped
+    frontier: dict[str, Any] | None = None  # the batch-size memory frontier, when one was found
+    ablation: list[dict[str, Any]] = field(default_factory=list)  # each changed knob's measured contribution
+
+    def plan_summary(self) -> dict[str, Any]:
+        """The `plan` object of results.json."""
+        return {"strategy": self.strategy, "decisions": list(self.decisions), "frontier": self.frontier,
+                "ablation": list(self.ablation)}
+
+
+class Planner:
+    """What every strategy shares: the baseline first, the confirmation last, the Outcome."""
+
+    strategy = ""
+
+    def __init__(self, ctx: PlanContext, session: Session):
+        self.ctx, self.session = ctx, session
+        self.notes: list[str] = []
+        self.decisions: list[str] = []
+        self.frontier: dict[str, Any] | None = None
+        self.loss_changed: dict[tuple, str] = {}  # numeric knob values found to change the loss -> why
+        self.ablation: list[dict[str, Any]] = []  # each changed knob's measured contribution (planner/ablation.py)
+
+    def changes_loss(self, result: ProbeResult) -> str | None:
+        """Why `result` must not be recommended because its numeric knobs (AMP, compile, matmul precision) changed
+        the loss against float32 at the same settings; None when they did not, or when that is not known.
+
+        Once a knob value changes the loss it is barred everywhere: probes at other batch sizes have no float32
+        twin to compare with, and the arithmetic that drifted is the same.
+        """
+        changes = parity.numeric_changes(result.settings)
+        if not changes or not result.ok:
+            return None
+        key = tuple(sorted(changes.items()))
+        if key not in self.loss_changed:
+            reference = self.session.seen(parity.reference_settings(result.settings))
+            # At the same global steps: a compiled probe warms up longer, so its measured steps start later.
+            found = (parity.compare_probes(reference, result)
+                     if reference is not None and reference.ok else None)
+            if found is not None and not found.ok:
+                self.loss_changed[key] = parity.describe(changes, found) + f" ({reference.id} vs {result.id})"
+                self.notes.append(self.loss_changed[key] + ": not recommended, whatever its speed")
+        for item in changes.items():  # a single knob value barred also bars it in combination
+            if (item,) in self.loss_changed:
+                return self.loss_changed[(item,)]
+        return self.loss_changed.get(key)
+
+    def run(self) -> Outcome:
+        base = self.session.run(self.ctx.baseline, "baseline")
+        self.session.baseline = base
+        if not base.ok:
+            self.notes.append(f"the baseline probe failed ({base.status.value}): nothing to compare against; "
+                              "fix that first")
+            return self.outcome(base, base, None)
+        winner = self.search(base)
+        if winner is base or winner.settings == base.settings:
+            return self.outcome(base, base, None)
+        self.session.best = winner
+        winner, self.ablation = ablation.ablate(self.session, base, winner, self.notes, self.decisions)
+        if winner.settings == base.settings:
+            return self.outcome(base, base, None)
+        recommended, speedup = confirm(self.session, base, winner, self.notes)
+        return self.outcome(base, recommended, speedup)
+
+    def search(self, base: ProbeResult) -> ProbeResult:
+        """The strategy: probes after the baseline; returns the fastest configuration found."""
+        raise NotImplementedError
+
+    def outcome(self, base: ProbeResult, recommended: ProbeResult, speedup: dict[str, Any] | None) -> Outcome:
+        s = self.session
+        return Outcome(self.strategy, base, recommended, speedup, s.probes, s.unexplored, self.notes,
+                       self.decisions, self.frontier, self.ablation)

@@ -1,0 +1,169 @@
+"""Comparing settings under noise: the gain of one over another, when a gain counts, and what it rests on.
+
+`Comparisons` is part of the probe session (planner/session.py `Session` inherits it) and reads the probes and
+duels the session recorded; the functions after it are plain statistics over probes. Why the bounds are where
+they are: docs/planner.md, "Deciding under noise".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..analysis import stats
+from ..probe.result import ProbeResult
+from .keep import MIN_GAIN
+
+# Separate probes seconds apart can run in different speed states of a shared machine, so their ratio alone does
+# not decide a change between these bounds: a probe pair measured in lockstep (Session.duel) does. Below DUEL_FROM
+# the change is dropped; from a median of CLEAR_GAIN it is kept without one, if its CI also clears the minimum
+# gain: no swing of the machine makes that much.
+DUEL_FROM = 0.9
+LOADER_DUEL_FROM = 0.75  # a loader-bound pipeline is bursty: its short screening probes swing further
+CLEAR_GAIN = 1.5
+MAX_DUELS = 3  # per comparison: a gain still inconclusive after a duel earns another, up to this many
+MIN_RUNS = 3  # runs per side from which their spread, not the steps', measures the noise (duels in turn add them)
+
+
+class Comparisons:
+    """The noise-aware comparison of two probes' settings. Uses its host's (the Session's) `runs`, `samples`,
+    `common_kind`, `duel`, `affordable`, `typical_probe_s`, `_duels` and `_lockstep_wins`."""
+
+    def gain(self, reference: ProbeResult, candidate: ProbeResult) -> tuple[float, float, float]:
+        """Throughput ratio candidate/reference: (median, ci_low, ci_high); NaNs when either failed. From their
+        lockstep duels when they had one (each step beside its partner); else, with MIN_RUNS runs or more of each,
+        over the runs (each run's throughput one sample); else over their pooled steps."""
+        if not (reference.ok and candidate.ok):
+            return float("nan"), float("nan"), float("nan")
+        duels = self._lockstep(reference, candidate)
+        if duels:
+            return pair_ratio(duels, waves=(reference.wave, candidate.wave))
+        paired = self.common_kind(reference.settings, candidate.settings)
+        if paired is None:
+            return float("nan"), float("nan"), float("nan")
+        runs = [[window_rate(p) for p in self.runs(side.settings, paired)] for side in (reference, candidate)]
+        if min(map(len, runs)) >= MIN_RUNS:  # enough separate runs to see how reproducible each side is
+            return stats.runs_ratio_ci(*runs)
+        return stats.ratio_ci(*self.samples(reference.settings, paired), *self.samples(candidate.settings, paired),
+                              seed=0, waves=(reference.wave, candidate.wave))
+
+    def dueled(self, reference: ProbeResult, candidate: ProbeResult) -> bool:
+        """Whether the two were measured again together, both sides to the end (a pair whose one side failed
+        compared nothing)."""
+        ref, cand = settings_key(reference.settings), settings_key(candidate.settings)
+        return any(a.ok and b.ok for a, b in self._duels.get((ref, cand), []) + self._duels.get((cand, ref), []))
+
+    def beats(self, reference: ProbeResult, candidate: ProbeResult, duel_from: float = DUEL_FROM) -> bool:
+        """A gain larger than the noise: at least MIN_GAIN, and the ratio's 95% CI excludes 1.
+
+        Separate probes decide only the clear cases (a ratio under `duel_from`, or from CLEAR_GAIN). Between
+        them both are measured again in a duel, together in lockstep where they can be; a gain still promising
+        but inconclusive after it (loader-bound probes are bursty) earns another, up to MAX_DUELS, while the
+        budget allows. Without the budget for one, the evidence so far decides."""
+        median, low, _ = self.gain(reference, candidate)
+        unknown = median != median  # failed, or no measures of one kind (alone / paired) on both sides
+        if (unknown and not (reference.ok and candidate.ok)) or median < duel_from or (
+                median >= CLEAR_GAIN and low >= 1 + MIN_GAIN):
+            return self._won(reference, candidate)
+        asked = self._duels.get((settings_key(reference.settings), settings_key(candidate.settings)), [])
+        for _ in range(MAX_DUELS - len(asked)):
+            dueled = self.dueled(reference, candidate)
+            if dueled and not (median >= 1 + MIN_GAIN and low <= 1.0):
+                break  # decided
+            again_s = max(0.0, plain_wall(reference) + plain_wall(candidate) - 2 * self.typical_probe_s())
+            if not self.affordable(2, extra_s=again_s):
+                break
+            a, b = self.duel(reference, candidate, first=sum(map(len, self._duels.values())) % 2)  # alternate
+            if not (a.ok and b.ok):
+                break
+            median, low, _ = self.gain(reference, candidate)
+        return self._won(reference, candidate)
+
+    def _won(self, reference: ProbeResult, candidate: ProbeResult) -> bool:
+        """Whether the evidence so far shows a gain beyond the noise; a gain shown in lockstep is remembered as
+        a link for chained_gain. (Not a clear gain of separate probes: each carries its moment of the machine,
+        and a product of such ratios compounds them; docs/planner.md has an example.)"""
+        gain = median, low, _ = self.gain(reference, candidate)
+        won = median >= 1 + MIN_GAIN and low > 1.0
+        if won and self._lockstep(reference, candidate):
+            self._lockstep_wins[settings_key(candidate.settings)] = (settings_key(reference.settings), gain)
+        return won
+
+    def chained_gain(self, reference: ProbeResult, candidate: ProbeResult) -> tuple[float, float, float] | None:
+        """The gain candidate/reference over a chain of lockstep wins, reference -> ... -> candidate (a ladder's
+        rungs, each kept in a lockstep duel), or None without one: the ratios multiply, and the
+        half-widths of their log CIs add in quadrature (the duels are independent measurements). It spares
+        the ladder's start and end a duel of their own."""
+        links, key, start = [], settings_key(candidate.settings), settings_key(reference.settings)
+        while key != start:
+            if key not in self._lockstep_wins or len(links) >= len(self._lockstep_wins):
+                return None
+            key, gain = self._lockstep_wins[key]
+            links.append(gain)
+        if len(links) < 2:
+            return None  # one link is the direct comparison
+        logs = np.log(np.array(links))  # rows: (median, low, high)
+        half = np.sqrt(np.sum(((logs[:, 2] - logs[:, 1]) / 2) ** 2))
+        centre = logs[:, 0].sum()
+        return float(np.exp(centre)), float(np.exp(centre - half)), float(np.exp(centre + half))
+
+    def _lockstep(self, reference: ProbeResult, candidate: ProbeResult) -> list | None:
+        """The lockstep duels of these two as (reference, candidate) pairs, whichever side each was run as, if
+        every one of them ran in lockstep."""
+        ref, cand = settings_key(reference.settings), settings_key(candidate.settings)
+        duels = self._duels.get((ref, cand), []) + [(b, a) for a, b in self._duels.get((cand, ref), [])]
+        return duels if duels and all("lockstep" in r.extra for pair in duels for r in pair) else None
+
+    def describe_gain(self, reference: ProbeResult, candidate: ProbeResult, chained: bool = False) -> str:
+        """The gain with its CI and where it comes from (`chained`: over the chain of lockstep wins)."""
+        median, low, high = self.chained_gain(reference, candidate) if chained else self.gain(reference, candidate)
+        if median != median:
+            return f"{candidate.status.value}"
+        duels = self._lockstep(reference, candidate)
+        if chained:
+            how = "over its chain of ladder wins in lockstep"
+        elif duels:
+            how = f"in lockstep, {' & '.join(f'{a.id}/{b.id}' for a, b in duels)}"
+        else:
+            how = f"over {reference.id}"
+        return f"{median:.2f}x [{low:.2f}, {high:.2f}] {how}"
+
+    def lockstep_drift(self) -> tuple[float, int]:
+        """(log sd, degrees of freedom) of the round-to-round spread of lockstep ratios, pooled over every pair of
+        settings compared in lockstep more than once (duels, confirmation rounds)."""
+        groups = []
+        for pairs in self._duels.values():
+            done = [(a, b) for a, b in pairs if a.ok and b.ok and "lockstep" in a.extra and "lockstep" in b.extra]
+            groups.append([window_rate(b) / window_rate(a) for a, b in done])
+        return stats.pooled_log_sd(groups)
+
+
+def window_rate(probe: ProbeResult) -> float:
+    """Items per second over the probe's measured window (NaN without one)."""
+    return sum(probe.items) / sum(probe.step_s) if probe.measured else float("nan")
+
+
+def pair_ratio(pairs: list[tuple[ProbeResult, ProbeResult]],
+               waves: tuple[int, int] = (1, 1)) -> tuple[float, float, float]:
+    """candidate/reference throughput over (reference, candidate) probe pairs: (median, ci_low, ci_high).
+
+    Pairs measured in lockstep have step k of one side next to step k of the other, so the bootstrap resamples
+    the same blocks of steps on both sides and the moments they shared cancel. Pairs run one after the other
+    (no `lockstep` in extra, or unequal step counts) are resampled independently."""
+    ok = [(a, b) for a, b in pairs if a.ok and b.ok and a.measured and b.measured]
+    if not ok:
+        return float("nan"), float("nan"), float("nan")
+    paired = all("lockstep" in a.extra and "lockstep" in b.extra and len(a.step_s) == len(b.step_s) for a, b in ok)
+    pooled = [[x for pair in ok for x in getattr(pair[side], attr)] for side in (0, 1) for attr in ("items", "step_s")]
+    return stats.ratio_ci(*pooled, seed=0, waves=waves, paired=paired)
+
+
+def plain_wall(probe: ProbeResult) -> float:
+    """A probe's wall time without the profiler's extra steps: only designated probes are profiled, so this is
+    what other probes of those settings take."""
+    return max(0.0, probe.wall_s - (probe.extra.get("profile_wall_s") or 0.0))
+
+
+def settings_key(settings: dict[str, Any]) -> tuple:
+    return tuple(sorted(settings.items()))
