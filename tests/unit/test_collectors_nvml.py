@@ -23,8 +23,9 @@ class FakeNvml:
     NVML_TEMPERATURE_GPU = 0
     NVMLError = NVMLError
 
-    def __init__(self, reasons=0x0, fail_after=None, init_error=None, unsupported=(), gpus=2):
+    def __init__(self, reasons=0x0, fail_after=None, init_error=None, unsupported=(), gpus=2, uuids=(), bus_ids=()):
         self.reasons, self.fail_after, self.init_error = reasons, fail_after, init_error
+        self.uuids, self.bus_ids = set(uuids), set(bus_ids)
         self.unsupported, self.gpus = set(unsupported), gpus
         self.reads = 0
         self.handles: list = []
@@ -42,8 +43,16 @@ class FakeNvml:
         return ("handle", index)
 
     def nvmlDeviceGetHandleByUUID(self, uuid):
+        if uuid not in self.uuids:
+            raise NVMLError("Not Found")
         self.handles.append(uuid)
         return ("handle", uuid)
+
+    def nvmlDeviceGetHandleByPciBusId_v2(self, bus_id):
+        if bus_id not in self.bus_ids:
+            raise NVMLError("Not Found")
+        self.handles.append(bus_id)
+        return ("handle", bus_id)
 
     def _check(self, what):
         if what in self.unsupported:
@@ -173,11 +182,42 @@ def test_a_missing_pynvml_is_reported(monkeypatch):
 
 @pytest.mark.parametrize("visible, device, expected", [
     ("", "cuda", 0), ("", "cuda:1", 1), ("2,3", "cuda:1", 3), ("GPU-abc", "cuda", "GPU-abc")])
-def test_the_handle_follows_cuda_visible_devices(monkeypatch, visible, device, expected):
+def test_without_cuda_identity_the_handle_follows_cuda_visible_devices(monkeypatch, visible, device, expected):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
-    fake = FakeNvml()
-    nvml.device_handle(fake, device)
+    fake = FakeNvml(uuids={"GPU-abc"})
+    _, how = nvml.device_handle(fake, device, identity={})
     assert fake.handles == [expected]
+    assert ("assumed" in how) == (not str(expected).startswith("GPU-"))
+
+
+def test_the_gpu_is_matched_by_uuid_whatever_the_numbering(monkeypatch):
+    # GIVEN two GPUs where CUDA's fastest-first cuda:0 is NVML's index 1, and CUDA_VISIBLE_DEVICES as indices
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    fake = FakeNvml(uuids={"GPU-1111", "GPU-2222"})
+    props = SimpleNamespace(uuid="2222", pci_bus_id=0x3B, pci_domain_id=0, pci_device_id=0)
+    # WHEN the handle of cuda:0 is found from what CUDA says about that device
+    handle, how = nvml.device_handle(fake, "cuda:0", identity=nvml.cuda_identity("cuda:0", props))
+    # THEN it is the GPU with that UUID, not NVML's index 0
+    assert handle == ("handle", "GPU-2222") and how == "uuid GPU-2222" and fake.handles == ["GPU-2222"]
+
+
+def test_a_mig_instance_is_matched_by_its_mig_uuid_and_a_gpu_without_uuid_by_pci_bus_id():
+    fake = FakeNvml(uuids={"MIG-abcd"}, bus_ids={"00000000:3B:00.0"})
+    assert nvml.device_handle(fake, "cuda", identity={"uuid": "abcd"})[1] == "uuid MIG-abcd"
+    props = SimpleNamespace(uuid=None, pci_bus_id=0x3B, pci_domain_id=0, pci_device_id=0)
+    identity = nvml.cuda_identity("cuda", props)
+    assert identity == {"pci_bus_id": "00000000:3B:00.0"}
+    assert nvml.device_handle(fake, "cuda", identity=identity) == (("handle", "00000000:3B:00.0"),
+                                                                    "pci bus id 00000000:3B:00.0")
+
+
+def test_the_gpu_summary_says_how_its_device_was_matched():
+    fake = FakeNvml(uuids={"GPU-2222"})
+    sampler = nvml.NvmlSampler("cuda", interval_s=0.01, nvml=fake, identity={"uuid": "2222"})
+    sampler.start()
+    time.sleep(0.1)
+    sampler.stop()
+    assert sampler.result()["device_matched_by"] == "uuid GPU-2222"
 
 
 def test_the_timeline_is_downsampled_to_at_most_200_points():

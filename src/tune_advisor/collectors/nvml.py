@@ -75,27 +75,74 @@ def init_status(nvml: Any = None) -> tuple[Any, str]:
     return nvml, "ok"
 
 
-def device_handle(nvml: Any, device: str):
-    """The NVML handle of torch device `device` ("cuda", "cuda:N"), honouring CUDA_VISIBLE_DEVICES.
+def cuda_identity(device: str, props: Any = None) -> dict[str, str]:
+    """What identifies torch device `device` whatever the numbering: {"uuid": ..., "pci_bus_id": ...} (either may
+    be missing), from `torch.cuda.get_device_properties` (or `props`, as tests pass)."""
+    if props is None:
+        import torch  # the probe child has it loaded already; the collector module itself stays torch-free
 
-    NVML numbers every GPU on the machine; CUDA numbers the visible ones, listed by index or UUID.
+        props = torch.cuda.get_device_properties(torch.device(device))
+    found = {}
+    uuid = getattr(props, "uuid", None)
+    if uuid:
+        found["uuid"] = str(uuid)
+    bus = getattr(props, "pci_bus_id", None)
+    if bus is not None:
+        domain, dev = getattr(props, "pci_domain_id", 0) or 0, getattr(props, "pci_device_id", 0) or 0
+        found["pci_bus_id"] = f"{domain:08X}:{bus:02X}:{dev:02X}.0"  # NVML's form: domain:bus:device.function
+    return found
+
+
+def device_handle(nvml: Any, device: str, identity: dict[str, str] | None = None) -> tuple[Any, str]:
+    """(the NVML handle of torch device `device` ("cuda", "cuda:N"), how it was matched).
+
+    NVML numbers every GPU on the machine in PCI bus order; CUDA numbers the visible ones fastest first unless
+    CUDA_DEVICE_ORDER=PCI_BUS_ID, and CUDA_VISIBLE_DEVICES may list indices (in CUDA's order), UUIDs or MIG ids. So
+    an index means nothing across the two: the GPU is matched by its UUID (GPU-... or, for a MIG instance,
+    MIG-...), else its PCI bus id, as CUDA reports them (`identity`, default `cuda_identity(device)`). Only when
+    neither is known does an index decide, and the match says it was assumed.
     """
+    if identity is None:
+        try:
+            identity = cuda_identity(device)
+        except Exception:  # no CUDA in this process (tests, a broken driver): fall back to the numbering
+            identity = {}
+    uuid = identity.get("uuid")
+    if uuid:
+        names = [uuid] if uuid.startswith(("GPU-", "MIG-")) else [f"GPU-{uuid}", f"MIG-{uuid}"]
+        for name in names:
+            try:
+                return nvml.nvmlDeviceGetHandleByUUID(name), f"uuid {name}"
+            except Exception:  # not this form (a MIG instance has the MIG- prefix): try the next
+                continue
+    bus_id = identity.get("pci_bus_id")
+    if bus_id:
+        by_bus = getattr(nvml, "nvmlDeviceGetHandleByPciBusId_v2", None) or nvml.nvmlDeviceGetHandleByPciBusId
+        try:
+            return by_bus(bus_id), f"pci bus id {bus_id}"
+        except Exception:
+            pass
     index = int(device.split(":")[1]) if ":" in device else 0
     visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
     if index < len(visible):
         chosen = visible[index]
-        if chosen.isdigit():
-            return nvml.nvmlDeviceGetHandleByIndex(int(chosen))
         if chosen.startswith(("GPU-", "MIG-")):
-            return nvml.nvmlDeviceGetHandleByUUID(chosen)
-    return nvml.nvmlDeviceGetHandleByIndex(index)
+            return nvml.nvmlDeviceGetHandleByUUID(chosen), f"uuid {chosen} (CUDA_VISIBLE_DEVICES)"
+        if chosen.isdigit():
+            index = int(chosen)
+    order = os.environ.get("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
+    how = f"index {index}" + ("" if order == "PCI_BUS_ID" else
+                              " (assumed: CUDA gave no UUID or PCI bus id, and its order may differ from NVML's)")
+    return nvml.nvmlDeviceGetHandleByIndex(index), how
 
 
 class NvmlSampler:
     """Samples one GPU at ~15 Hz between start() and stop(); result() is the probe's `gpu` summary or None."""
 
-    def __init__(self, device: str = "cuda", interval_s: float = INTERVAL_S, nvml: Any = None):
-        self.device, self.interval_s, self._nvml_in = device, interval_s, nvml
+    def __init__(self, device: str = "cuda", interval_s: float = INTERVAL_S, nvml: Any = None,
+                 identity: dict[str, str] | None = None):
+        self.device, self.interval_s, self._nvml_in, self._identity = device, interval_s, nvml, identity
+        self.matched_by: str | None = None  # how the NVML device was found (device_handle)
         self.status = "not started"
         self.samples: list[dict[str, Any]] = []
         self.max_sm_clock_mhz: int | None = None
@@ -115,7 +162,7 @@ class NvmlSampler:
         if self._nvml is None:
             return
         try:
-            self._handle = device_handle(self._nvml, self.device)
+            self._handle, self.matched_by = device_handle(self._nvml, self.device, self._identity)
             self.max_sm_clock_mhz = self._read("max_sm_clock", lambda h: self._nvml.nvmlDeviceGetMaxClockInfo(
                 h, self._nvml.NVML_CLOCK_SM))
             memory = self._read("memory_total", self._nvml.nvmlDeviceGetMemoryInfo)
@@ -187,7 +234,10 @@ class NvmlSampler:
 
     def result(self) -> dict[str, Any] | None:
         """The probe's `gpu` object (see docs/results-json.md), or None when nothing was sampled."""
-        return summarise(self.samples, self.max_sm_clock_mhz, self.memory_total_bytes, self.interval_s)
+        summary = summarise(self.samples, self.max_sm_clock_mhz, self.memory_total_bytes, self.interval_s)
+        if summary is not None:
+            summary["device_matched_by"] = self.matched_by
+        return summary
 
 
 def summarise(samples: list[dict[str, Any]], max_sm_clock_mhz: int | None = None,
