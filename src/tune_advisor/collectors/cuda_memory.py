@@ -1,0 +1,60 @@
+"""What two probes measured together on one GPU need: a CUDA context each, and each allocator's reserved peak.
+
+A lockstep pair runs two child processes on the same GPU at once. Each holds its own CUDA context (driver state,
+kernels of the loaded modules: hundreds of MiB, which no allocator statistic counts) and its caching allocator
+keeps freed blocks reserved, so `max_memory_allocated` under-states what a process holds. A pair judged on the
+allocated peaks alone could OOM where either probe alone would not. Inputs are injectable (`nvml`, `torch`) so
+tests fake any GPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PAIR_SHARE = 0.9  # of the GPU's memory, for the two probes of a pair: the rest is fragmentation and other tenants
+
+
+def context_bytes(device: str, nvml: Any = None, torch: Any = None) -> tuple[int | None, str]:
+    """(bytes one CUDA context takes on `device`, how that was found): NVML's used memory on the GPU before and
+    after this process creates its context (NVML itself creates none). (None, why) when it cannot be measured:
+    no NVML, or the context existed already (then the difference is not this process's)."""
+    if torch is None:
+        import torch  # heavy: only a run on a GPU gets here
+    if torch.cuda.is_initialized():
+        return None, "not measured: this process had created its CUDA context already"
+    if nvml is None:
+        try:
+            import pynvml as nvml
+        except ImportError:
+            return None, "not measured: nvidia-ml-py (pynvml) is not installed"
+    from .nvml import device_handle
+
+    try:
+        nvml.nvmlInit()
+        handle, _ = device_handle(nvml, device, identity={})  # CUDA cannot be asked before its context exists
+        before = nvml.nvmlDeviceGetMemoryInfo(handle).used
+        torch.cuda.init()
+        torch.zeros(1, device=device)  # the context and the allocator's first block
+        after = nvml.nvmlDeviceGetMemoryInfo(handle).used
+    except Exception as exc:  # a driver without NVML memory info, a GPU lost: the pair cap stays without it
+        return None, f"not measured: {exc}"
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:
+            pass
+    return max(0, int(after - before)), "NVML used memory before and after this process's CUDA context"
+
+
+def pair_room(total_bytes: int, context: int | None, memory_budget: int | None = None,
+              share: float = PAIR_SHARE) -> int:
+    """What the two probes' allocator peaks may add up to: `share` of the GPU less two contexts (neither in any
+    allocator statistic), or `memory_budget` (--max-memory) when that is smaller."""
+    room = int(share * total_bytes) - 2 * (context or 0)
+    return min(room, memory_budget) if memory_budget else room
+
+
+def footprint(peak_memory_bytes: int | None, memory: dict[str, Any]) -> int:
+    """What a probe's process held on the GPU besides its context: the allocator's reserved peak (freed blocks
+    stay reserved), at least the allocated peak."""
+    return max(peak_memory_bytes or 0, memory.get("cuda_max_reserved_bytes") or 0)
