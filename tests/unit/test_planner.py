@@ -943,3 +943,26 @@ def test_an_ablation_probe_may_use_the_time_its_pair_was_afforded():
     pair = session.ablation_pair_s()
     assert pair > 0
     assert session.time_left("ablate:batch_size") == pytest.approx(session.time_left("ladder:batch_size") + pair)
+
+
+def test_a_compile_outcome_that_changed_between_search_and_confirmation_is_noted():
+    from tune_advisor.planner.confirm import compile_disagreement, compile_outcome
+
+    settings = knobs.full_settings({"batch_size": 16, "compile": "default"})
+
+    def probe(pid, graphs, breaks=0, recompiles=0):
+        return ProbeResult(pid, settings, Status.OK, extra={"compile": {
+            "graphs": graphs, "graph_breaks": breaks, "recompiles_measured": recompiles}})
+
+    assert compile_outcome(probe("p1", 0)) == "no graph (ran eagerly)"
+    assert compile_outcome(probe("p1", 3, breaks=1, recompiles=2)) == (
+        "3 graphs, 1 graph break, recompiled while measuring")
+    # GIVEN the search's probe compiled nothing and the confirmation's compiled a graph
+    search, confirmed = probe("p004", 0), probe("p010", 1)
+    note = compile_disagreement([search, confirmed], [confirmed], settings)
+    # THEN a note says so, naming both, and that the confirmation alone decides
+    assert "no graph (ran eagerly) in p004" in note and "1 graph in the confirmation" in note
+    # AND agreeing outcomes (or no compile) give no note
+    assert compile_disagreement([probe("p004", 1), confirmed], [confirmed], settings) is None
+    plain = ProbeResult("p1", knobs.full_settings({"batch_size": 16}), Status.OK)
+    assert compile_disagreement([plain], [plain], plain.settings) is None

@@ -68,6 +68,9 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
     speedup = {"median": median, "ci_low": low, "ci_high": high,
                "method": f"baseline and recommended {how}, {rounds_text}", "interval": interval,
                "probes": [r.id for pair in rounds for r in pair]}
+    differs = compile_disagreement(session.probes, [b for _, b in rounds], winner.settings)
+    if differs:
+        notes.append(differs)
     for settings, role in ((winner.settings, "confirm:alone:recommended"), (base.settings, "confirm:alone:baseline")):
         for _ in range(CONFIRM_ALONE):
             left = session.time_left(role)
@@ -88,3 +91,38 @@ def _affords_round(session, base: ProbeResult, winner: ProbeResult) -> bool:
     left = session.time_left("confirm:baseline")
     one = plain_wall(base) + plain_wall(winner)
     return left is None or left >= one * (1 + CONFIRM_ALONE)
+
+
+def compile_outcome(probe: ProbeResult) -> str | None:
+    """What torch.compile did in a probe, coarsely enough that probes of the same settings should agree: "no graph
+    (ran eagerly)", "N graphs", plus graph breaks and recompiles while measuring; None without compile."""
+    stats_ = probe.extra.get("compile") if probe.ok else None
+    if not stats_:
+        return None
+    if not stats_.get("graphs"):
+        return "no graph (ran eagerly)"
+    outcome = f"{stats_['graphs']} graph{'s' if stats_['graphs'] != 1 else ''}"
+    if stats_.get("graph_breaks"):
+        outcome += f", {stats_['graph_breaks']} graph break{'s' if stats_['graph_breaks'] != 1 else ''}"
+    if stats_.get("recompiles_measured"):
+        outcome += ", recompiled while measuring"
+    return outcome
+
+
+def compile_disagreement(probes: list[ProbeResult], confirming: list[ProbeResult],
+                         settings: dict[str, Any]) -> str | None:
+    """A note when torch.compile did something else in the probes the search decided on (those of `settings`
+    before the confirmation) than in the confirmation's (dynamo may fall back to eager in one process and not in
+    another). The confirmation's figure is then the only one the recommendation rests on."""
+    confirmed = {compile_outcome(p) for p in confirming} - {None}
+    if not confirmed:
+        return None
+    ids = {p.id for p in confirming}
+    earlier = [(p.id, compile_outcome(p)) for p in probes
+               if p.id not in ids and p.settings == settings and compile_outcome(p) is not None]
+    other = [(pid, outcome) for pid, outcome in earlier if outcome not in confirmed]
+    if not other:
+        return None
+    return (f"torch.compile did not do the same in every probe of these settings: {other[0][1]} in {other[0][0]}, "
+            f"{' / '.join(sorted(confirmed))} in the confirmation; the recommendation rests on the confirmation's "
+            "measures only")
