@@ -191,3 +191,19 @@ def test_a_grid_goes_out_at_once_through_an_executor_that_runs_probes_side_by_si
     grid = [p for p in outcome.probes if p.role == "grid"]
     assert len(grid) == 5 and len({p.id for p in outcome.probes}) == len(outcome.probes)
     assert outcome.recommended.settings["batch_size"] == 64
+
+
+def test_each_rank_keeps_the_utilisation_of_its_own_gpu():
+    # GIVEN two ranks whose samplers matched different GPUs (by UUID) and saw different utilisation
+    ranks = [rank_result(0, [0.01] * 3, [0.004] * 3), rank_result(1, [0.01] * 3, [0.006] * 3)]
+    for r, util, uuid in zip(ranks, (91.0, 47.0), ("GPU-aaaa", "GPU-bbbb")):
+        r["gpu"] = {"util_mean": util, "util_p50": util, "memory_used_max_bytes": 2**30,
+                    "memory_total_bytes": 2**34, "device_matched_by": f"uuid {uuid}", "samples": 10}
+    merged = merge.merge(ranks)
+    # THEN the job keeps rank 0's GPU summary, and every rank's own figures sit beside it and in the rank table
+    assert merged["gpu"]["samples"] == 10
+    assert [g["util_mean"] for g in merged["gpu"]["ranks"]] == [91.0, 47.0]
+    per_rank = merged["extra"]["distributed"]["ranks"]
+    assert [r["gpu"]["device_matched_by"] for r in per_rank] == ["uuid GPU-aaaa", "uuid GPU-bbbb"]
+    # AND CPU ranks (no GPU) have none
+    assert merge.merge([rank_result(0, [0.01] * 3, [0.004] * 3)])["extra"]["distributed"]["ranks"][0]["gpu"] is None

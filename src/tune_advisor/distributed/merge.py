@@ -41,11 +41,21 @@ def merge(ranks: list[dict[str, Any]]) -> dict[str, Any]:
         raw["loss_step"] = raws[0]["loss_step"][:n]
     first = ranks[0]
     merged = {key: first.get(key) for key in ("status", "error", "unit", "applied", "gpu")}
+    if merged["gpu"] is not None:  # rank 0's GPU in full; every rank's own utilisation beside it
+        merged["gpu"] = {**merged["gpu"], "ranks": [_rank_gpu(r.get("gpu")) for r in ranks]}
     merged["raw"] = raw
     merged["extra"] = dict(first.get("extra") or {})
     merged["extra"]["distributed"] = summary(ranks, raw)
     merged["memory"] = job_memory(ranks)
     return merged
+
+
+def _rank_gpu(gpu: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What one rank's NVML sampler saw of its own GPU: utilisation, memory, and how that GPU was matched."""
+    if not gpu:
+        return None
+    return {k: gpu.get(k) for k in ("util_mean", "util_p50", "memory_used_max_bytes", "memory_total_bytes",
+                                    "device_matched_by")}
 
 
 def summary(ranks: list[dict[str, Any]], job_raw: dict[str, list]) -> dict[str, Any]:
@@ -69,6 +79,7 @@ def summary(ranks: list[dict[str, Any]], job_raw: dict[str, list]) -> dict[str, 
             "local_step_s": _median(extra.get("local_step_s") or []),
             "peak_memory_bytes": max((r.get("memory") or {}).get(k) or 0
                                      for k in ("child_maxrss_bytes", "cuda_max_allocated_bytes")) or None,
+            "gpu": _rank_gpu(r.get("gpu")),
             "raw": {"step_s": steps, "data_wait_s": raw["data_wait_s"], "local_step_s": extra.get("local_step_s")},
         })
     job_step = _median(job_raw["step_s"])
