@@ -17,7 +17,7 @@ import pytest
 from tune_advisor.probe import lockstep
 from tune_advisor.probe.spec import ProbeSpec, Protocol
 
-# A child that measures like probe/child.py: a warm-up of WARM_S once the parent says begin, one "step" (a short
+# A child that measures like probe/training.py: a warm-up of WARM_S once the parent says begin, one "step" (a short
 # sleep) per baton, then its report to a file. A step number to fail at: positive exits with code 3 (a crash),
 # negative hangs (a stuck step), "warmup" exits with code 3 during the warm-up.
 CHILD = """

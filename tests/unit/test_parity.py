@@ -46,7 +46,7 @@ def loss_at(step: int) -> float:
 
 
 def probe(warmup: int, measured: int, loss=loss_at, record_steps: bool = True, **settings) -> dict:
-    """A PROBE dict whose measured steps follow `warmup` warm-up steps, as probe/child.py records them."""
+    """A PROBE dict whose measured steps follow `warmup` warm-up steps, as probe/evidence.py records them."""
     steps = list(range(warmup, warmup + measured))
     raw = {"loss": [loss(s) for s in steps]}
     if record_steps:

@@ -1,8 +1,13 @@
-"""How long a probe child measures: a loader-fed window is rounded up to whole epochs when the next is near."""
+"""How long a probe child measures: until a cap or the protocol is met, then a loader-fed window is rounded up to
+whole loader waves, or to whole epochs when the next is near."""
 
 from __future__ import annotations
 
-from tune_advisor.probe.window import EPOCH_ROUNDING_CAP, EpochWindow
+from tune_advisor.probe.spec import Protocol
+from tune_advisor.probe.window import EPOCH_ROUNDING_CAP, MIN_WAVES_AT_CAP, EpochWindow, StopRule, step_cap
+
+STEADY = [0.1] * 40  # steps that vary by nothing: the protocol's noise is met
+NOISY = [0.1, 0.3] * 20  # an IQR/median far above the bar
 
 
 def test_a_window_short_of_an_epoch_boundary_goes_on_to_it():
@@ -43,3 +48,29 @@ def test_short_of_an_epoch_the_window_still_ends_on_whole_loader_waves():
     assert not EpochWindow(64, 200, 3.0, wave=3).done(True, 32, 0.5)
     # AND whole waves past the factor of the step cap are not measured
     assert EpochWindow(None, 4, 3.0, wave=8).done(True, 5, 0.2)
+
+
+def test_the_step_cap_counts_loader_waves():
+    assert step_cap(200, 0) == step_cap(200, 1) == 200
+    assert step_cap(200, 16) == MIN_WAVES_AT_CAP * 16  # a busy loader gets as many waves as one process gets steps
+
+
+def test_the_protocol_is_met_by_enough_steady_steps_and_time():
+    rule = StopRule(Protocol(min_steps=10, min_time_s=1.0), workers=0, epoch_steps=None)
+    assert not rule.done(STEADY[:9], 1.5)  # too few steps
+    assert not rule.done(STEADY[:12], 0.5)  # too short
+    assert not rule.done(NOISY[:12], 1.5)  # too noisy
+    assert rule.done(STEADY[:12], 1.5)
+
+
+def test_a_noisy_measurement_stops_at_a_cap():
+    rule = StopRule(Protocol(max_steps=30, max_time_s=15.0), workers=0, epoch_steps=None)
+    assert not rule.done(NOISY[:29], 3.0) and rule.done(NOISY[:30], 3.0)
+    assert StopRule(Protocol(max_time_s=2.0), workers=0, epoch_steps=None).done(NOISY[:12], 2.0)
+
+
+def test_a_met_protocol_goes_on_to_the_next_epoch_boundary_when_near():
+    # GIVEN 2 loader workers and 16-step epochs: the protocol is met after 12 steady steps
+    rule = StopRule(Protocol(min_steps=10, min_time_s=1.0), workers=2, epoch_steps=16)
+    # THEN measuring goes on to the end of the epoch, even if the noise wavers meanwhile
+    assert not rule.done(STEADY[:12], 1.2) and not rule.done(NOISY[:15], 1.5) and rule.done(NOISY[:16], 1.6)

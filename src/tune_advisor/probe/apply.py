@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 from typing import Any, Mapping
 
 import torch
@@ -60,8 +61,6 @@ def optimizer_impl(optimizer: torch.optim.Optimizer, impl: str) -> torch.optim.O
     """
     if impl == "default":
         return optimizer
-    import inspect
-
     flags = {"foreach": impl == "foreach", "fused": impl == "fused"}
     # A group's own keys override the constructor's defaults, so the flags go into every group.
     groups = [{**group, **flags} for group in optimizer.param_groups]
@@ -73,8 +72,6 @@ def optimizer_impl(optimizer: torch.optim.Optimizer, impl: str) -> torch.optim.O
 
 def supported_optimizer_impls(optimizer: torch.optim.Optimizer) -> list[str]:
     """Which of foreach/fused the optimizer's class accepts and can build with these parameters on this device."""
-    import inspect
-
     accepted = inspect.signature(type(optimizer).__init__).parameters
     supported = []
     for impl in ("foreach", "fused"):

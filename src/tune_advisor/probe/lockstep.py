@@ -33,12 +33,13 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+import psutil
 
 from ..analysis.stats import wave_noise, wave_sums
 from . import runner
 from .result import ProbeResult, Status
 from .spec import ProbeSpec
-from .window import MIN_WAVES_AT_CAP, EpochWindow
+from .window import EpochWindow, step_cap
 
 BEGIN, GO, STOP = b"w", b"g", b"s"
 READY = "ready"
@@ -210,8 +211,7 @@ class _Pair:
         self.waves = [max(1, w) for w in workers]  # steps per loader wave, as analysis.stats.wave_noise counts
         self.epochs = [0, 0]  # each side's batches per epoch, from its "ready" (0: not known, or no workers)
         self.window = None  # an EpochWindow, once both sides are ready
-        # The step cap a free-running child has (probe/child.py): at least MIN_WAVES_AT_CAP loader waves.
-        self.cap = max(protocol.max_steps, MIN_WAVES_AT_CAP * max(workers))
+        self.cap = step_cap(protocol.max_steps, max(workers))  # the cap a free-running child has
 
     def conduct(self, first: int) -> tuple[str, int | None]:
         """Run the pair; returns why it stopped and the side that made it stop: ("measured", None), ("<id> ended",
@@ -403,8 +403,6 @@ def _pidfd(pid: int) -> int | None:
 
 
 def _alive(pid: int) -> bool:
-    import psutil
-
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:

@@ -1,6 +1,12 @@
-"""When a probe stops measuring: the window rule shared by a free-running child and a lockstep pair (a leaf)."""
+"""When a probe stops measuring: a free-running child's stopping rule, and the window rule it shares with a
+lockstep pair (probe/lockstep.py). Imports only leaves: analysis.stats, probe.spec."""
 
 from __future__ import annotations
+
+from typing import Sequence
+
+from ..analysis.stats import wave_noise
+from .spec import Protocol
 
 MIN_WAVES_AT_CAP = 25  # the measured-step cap is at least this many loader waves
 
@@ -44,3 +50,32 @@ class EpochWindow:
         fits = (whole <= EPOCH_ROUNDING_CAP * self.max_steps
                 and elapsed * whole / n <= EPOCH_ROUNDING_CAP * self.max_time_s)
         return whole if fits else n
+
+
+def step_cap(max_steps: int, workers: int) -> int:
+    """The measured-step cap: the protocol's, or MIN_WAVES_AT_CAP loader waves of `workers` steps if more.
+
+    The noise of a loader-fed step is judged over waves of num_workers steps (analysis.stats.wave_noise), so the
+    cap is counted in waves too: a busy loader gets as many waves to settle as a single process gets steps."""
+    return max(max_steps, MIN_WAVES_AT_CAP * workers)
+
+
+class StopRule:
+    """When a free-running child stops measuring: at a cap (steps or time), or once the protocol is met (min steps,
+    min time, wave noise at most the bar), then rounded to whole loader waves or epochs by an EpochWindow."""
+
+    def __init__(self, protocol: Protocol, workers: int, epoch_steps: int | None):
+        self.protocol, self.workers = protocol, workers
+        self.max_steps = step_cap(protocol.max_steps, workers)
+        self.window = EpochWindow(epoch_steps, self.max_steps, protocol.max_time_s, wave=workers)
+
+    def met(self, step_s: Sequence[float], elapsed: float) -> bool:
+        """Whether a cap is reached or the protocol met after the steps `step_s`, `elapsed` seconds in."""
+        n, proto = len(step_s), self.protocol
+        return n >= self.max_steps or elapsed >= proto.max_time_s or (
+            n >= proto.min_steps and elapsed >= proto.min_time_s
+            and wave_noise(step_s, self.workers) <= proto.noise_bar)
+
+    def done(self, step_s: Sequence[float], elapsed: float) -> bool:
+        """Whether to stop after the measured steps `step_s`, `elapsed` seconds after the first began."""
+        return self.window.done(self.met(step_s, elapsed), len(step_s), elapsed)

@@ -1,9 +1,10 @@
-"""Inside the probe child, a collector that fails leaves a note and never fails the probe."""
+"""Inside the probe child, a collector that runs steps of its own and fails leaves a note, never fails the probe."""
 
 from __future__ import annotations
 
-from tune_advisor.probe import child
+from tune_advisor.probe import extra_steps
 from tune_advisor.probe.spec import ProbeSpec
+from tune_advisor.probe.training import Diverged
 
 SETTINGS = {"amp": "off"}
 
@@ -19,9 +20,9 @@ def test_a_failing_profiled_step_is_a_note_and_its_loss_is_not_kept(tmp_path):
     def step(i):
         out["raw"]["loss"].append(None)
         out["raw"]["loss_step"].append(6 + i)
-        raise child.Diverged("loss became nan at step 9")
+        raise Diverged("loss became nan at step 9")
 
-    status = child._collect_profile(spec(profile=True), out, tmp_path, step)
+    status = extra_steps.profile(spec(profile=True), out, tmp_path, step)
     # THEN the collector says so, the measured losses are untouched, and no profile or trace is left
     assert status == "error: Diverged: loss became nan at step 9"
     assert out["raw"]["loss"] == [2.3, 2.2, 2.1] and out["raw"]["loss_step"] == [3, 4, 5]
@@ -35,7 +36,7 @@ def test_a_failing_flop_count_is_a_note(tmp_path):
     def forward_backward():
         raise RuntimeError("unsupported op")
 
-    assert child._collect_flops(spec(), out, forward_backward) == "error: RuntimeError: unsupported op"
+    assert extra_steps.count_flops(spec(), out, forward_backward) == "error: RuntimeError: unsupported op"
     assert "flops" not in out["extra"]
 
 
@@ -50,6 +51,6 @@ def test_flops_are_scaled_to_the_typical_measured_batch(tmp_path, monkeypatch):
         torch.mm(torch.ones(4, 10), torch.ones(10, 10))  # 2*4*10*10 = 800 FLOPs for 4 items
         return 4.0
 
-    status = child._collect_flops(spec(), out, forward_backward)
+    status = extra_steps.count_flops(spec(), out, forward_backward)
     assert status.startswith("partial: no measured fp32 peak")
     assert out["extra"]["flops"]["per_step"] == 1600 and out["extra"]["flops"]["achieved_flops_per_s"] == 3200

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tune_advisor.probe.child import classify
+from tune_advisor.probe.failure import classify
 from tune_advisor.probe.result import Status
 
 ONEDNN_LSTM = ("could not create a primitive descriptor for the LSTM forward propagation primitive. Run workload "

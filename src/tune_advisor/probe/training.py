@@ -1,0 +1,294 @@
+"""The probe child's training run: build the workload with the settings applied, warm up, time the measured steps,
+then run the collectors that need steps of their own. Runs only inside the child (torch is imported there anyway).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import psutil
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from .. import workload as wl_mod
+from ..analysis.stats import wave_noise
+from ..collectors.nvml import NvmlSampler
+from ..distributed import rank as ddp_rank
+from . import apply, extra_steps, lockstep
+from .evidence import (CompileStats, KnobEvidence, StepSeries, debug_switches, memory_peaks, optimizer_flags,
+                       tree_cpu_seconds)
+from .spec import ProbeSpec
+from .window import StopRule
+
+COMPILE_QUIET_STEPS = 3  # a compiled model is warm once this many steps in a row compiled nothing new
+COMPILE_EXTRA_WARMUP = 30  # ... or after this many extra warm-up steps (shapes that never settle: see TA505)
+
+
+class Diverged(Exception):
+    """The loss became NaN or infinite."""
+
+
+def train(spec: ProbeSpec, phase: Callable[[str], None], out: dict[str, Any], workdir: Path | None = None) -> None:
+    """Fill the result `out` for one configuration; raises on any failure (the caller makes it a status). A profiler
+    trace goes to `workdir`."""
+    run = Training(spec, phase, out)
+    run.warm_up()
+    run.measure()
+    run.record()
+    run.collect(workdir)
+
+
+class Training:
+    """One configuration's training loop. Building it loads the workload, applies the settings and sets up the
+    model, optimizer and loader; then `warm_up`, `measure`, `record` and `collect` run in that order, each filling
+    its part of the result `out` (`raw`, `applied`, `extra`, `memory`, `gpu`)."""
+
+    def __init__(self, spec: ProbeSpec, phase: Callable[[str], None], out: dict[str, Any]):
+        self.spec, self.phase, self.out, self.settings = spec, phase, out, spec.settings
+        self.baton = lockstep.baton(spec)  # lockstep pairs: the parent hands out the warm-up's turn and every step
+        self.ddp = ddp_rank.setup(spec) if spec.distributed else None  # a torchrun rank joins its group first
+        self.device = self.ddp.device if self.ddp else torch.device(spec.device)
+        phase("importing the workload file")
+        self.wl = wl = wl_mod.load(spec.workload)
+        out["unit"] = f"{wl.item_name}/s"
+        _seed(spec.seed)
+        phase("building the model and dataset")
+        model = wl.call("build_model")
+        dataset = wl.call("build_dataset")
+        self._set_up_model(model)
+        self._set_up_loader(dataset)
+        self.epoch_steps = _epoch_steps(self.loader) if self.settings["num_workers"] > 0 else None
+        self.series = StepSeries(out["raw"], lambda host_batch: _count_items(wl, host_batch))
+        self.batches = None  # the loader's iterator, from the warm-up on
+        self.epochs = 0  # epoch boundaries crossed
+        self.next_step = 0  # the global step (warm-up counted) of the next step
+        self.warmup_step_s: list[float] = []
+
+    def _set_up_model(self, model) -> None:
+        """The settings applied to the model, its optimizer, compilation and gradient scaler, with their evidence."""
+        settings, device, applied = self.settings, self.device, self.out["applied"]
+        apply.configure_backends(settings, device.type)
+        applied.update(apply.prepare_model(model, settings, device))
+        model = self.ddp.wrap(model) if self.ddp else model
+        self.optimizer = apply.optimizer_impl(build_optimizer(self.wl, model), settings["optimizer_impl"])
+        applied["optimizer"] = optimizer_flags(self.optimizer)
+        self.compiled = settings["compile"] != "off"
+        self.evidence = KnobEvidence(model, settings, hooks=not self.compiled)  # hooks would be traced into the
+        self.model = apply.compile_model(model, settings)  # graph, then removed: a recompile wrongly counted
+        self.compile_stats = CompileStats() if self.compiled else None
+        self.scaler = apply.grad_scaler(settings, device.type)
+        self.loss_fn = self.wl.compute_loss or wl_mod.default_loss
+        applied["grad_scaler"] = self.scaler is not None
+
+    def _set_up_loader(self, dataset) -> None:
+        settings, device, seed = self.settings, self.device, self.spec.seed
+        iterable = isinstance(dataset, IterableDataset)
+        shard = self.ddp.sampler(dataset, seed) if self.ddp else None  # each rank reads its own part of the data
+        self.loader = DataLoader(dataset, shuffle=not iterable and shard is None, sampler=shard,
+                                 collate_fn=self.wl.collate_fn,
+                                 generator=None if iterable else torch.Generator().manual_seed(seed),
+                                 **apply.loader_kwargs(settings, device.type))
+        self.non_blocking = self.loader.pin_memory
+        self.channels_last = bool(settings["channels_last"])
+        self.cuda = device.type == "cuda"
+
+    def next_batch(self):
+        try:
+            return next(self.batches)
+        except StopIteration:  # epoch boundary: a new iterator (and new workers) as training would
+            self.epochs += 1
+            self.batches = iter(self.loader)
+            return next(self.batches)
+
+    def step(self, step: int, record: bool) -> float:
+        """One training step, global step `step`; `record`: a measured step, its figures kept. Returns its seconds;
+        raises Diverged when the loss is not finite."""
+        t0 = time.perf_counter()
+        epoch = self.epochs
+        host_batch = self.next_batch()
+        t1 = time.perf_counter()
+        batch = apply.to_device(host_batch, self.device, self.non_blocking, self.channels_last)
+        t2 = time.perf_counter()
+        with apply.autocast(self.settings, self.device.type):
+            loss = self.loss_fn(self.model, batch)
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            loss.backward()
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        value = loss.detach().float().item()  # also synchronises the device
+        if self.cuda:
+            torch.cuda.synchronize()
+        t3 = time.perf_counter()
+        if step == 0:
+            self.evidence.after_first_step(host_batch, batch, self.loader, self.batches)
+        if not math.isfinite(value):
+            self.series.non_finite_loss(step)
+            kind = "warm-up " if not record else ""
+            raise Diverged(f"loss became {value} at {kind}step {step + 1}")
+        if record:
+            self.series.add(step, t0, t1, t2, t3, host_batch, value, new_epoch=self.epochs != epoch)
+        return t3 - t0
+
+    def forward_backward(self) -> float:
+        """One step's forward and backward without the optimizer (for the FLOP counter); returns its items."""
+        host_batch = self.next_batch()
+        batch = apply.to_device(host_batch, self.device, self.non_blocking, self.channels_last)
+        with apply.autocast(self.settings, self.device.type):
+            loss = self.loss_fn(self.model, batch)
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+        self.optimizer.zero_grad(set_to_none=True)
+        return _count_items(self.wl, host_batch)
+
+    def extra_step(self, i: int) -> float:
+        """The `i`-th step after the measured ones (for the collectors), not recorded."""
+        return self.step(self.next_step + i, record=False)
+
+    def warm_up(self) -> None:
+        """Untimed steps: the loader's prefetched backlog drained and, for a compiled model, compiling settled."""
+        settings, phase, compile_stats = self.settings, self.phase, self.compile_stats
+        # Both sides of a lockstep pair import and build at once (mostly Python: hf_transformer's import takes 2 s);
+        # the warm-ups, where torch's threads spin, take turns. Starting the loader's workers is part of the warm-up.
+        self.baton.begin(self.epoch_steps)
+        self.batches = iter(self.loader)
+        phase(f"warm-up: waiting for the first batch ({settings['num_workers']} loader workers)")
+        warmup_start = time.perf_counter()
+        # Loader workers fill a queue of prefetch_factor batches each before training starts; timing that backlog
+        # would credit many workers with a burst no long run sees. Warm-up drains it first.
+        warmup_steps = max(self.spec.protocol.warmup_steps, settings["num_workers"] * settings["prefetch_factor"])
+        step_s = self.warmup_step_s
+        for step in range(warmup_steps):
+            if self.compiled and step == 0:
+                phase("warm-up step 1: torch.compile compiling the model")
+            step_s.append(self.step(step, record=False))
+            if compile_stats and step == 0:
+                compile_stats.mark("first_step")
+            phase(f"warm-up step {step + 1} of {warmup_steps} done")
+        if compile_stats:
+            # Dynamo recompiles when input shapes change (then compiles a dynamic-shape graph): warm-up goes on
+            # until COMPILE_QUIET_STEPS steps in a row compile nothing, so the timed steps see the settled graph.
+            quiet = 0
+            while quiet < COMPILE_QUIET_STEPS and len(step_s) < warmup_steps + COMPILE_EXTRA_WARMUP:
+                graphs = compile_stats.graphs()
+                phase(f"warm-up step {len(step_s) + 1}: torch.compile may still be compiling")
+                step_s.append(self.step(len(step_s), record=False))
+                quiet = quiet + 1 if compile_stats.graphs() == graphs else 0
+            warmup_steps = len(step_s)
+        extra = self.out["extra"]
+        extra["warmup_s"] = time.perf_counter() - warmup_start
+        extra["warmup_steps"] = warmup_steps
+        extra["warmup_step_s"] = step_s
+        if compile_stats:
+            compile_stats.mark("warmup")
+        self.next_step = warmup_steps
+
+    def measure(self) -> None:
+        """The timed steps, until the stopping rule says stop (in lockstep: the parent; under DDP: rank 0 for all)."""
+        spec, raw, baton, ddp = self.spec, self.out["raw"], self.baton, self.ddp
+        stop = StopRule(spec.protocol, self.settings["num_workers"], self.epoch_steps)
+        self.phase("measuring")
+        me = psutil.Process()
+        self.gpu_sampler = NvmlSampler(spec.device)  # a sleeping thread; on the CPU or without NVML it notes why
+        self.gpu_sampler.start()
+        cpu_before = tree_cpu_seconds(me)
+        measure_start = time.perf_counter()
+        try:
+            while baton.wait():  # always true unless in lockstep, where the parent decides when both sides stop
+                self.step(self.next_step, record=True)
+                baton.done(raw["step_s"][-1], raw["items"][-1])
+                self.next_step += 1
+                if baton.active:
+                    continue
+                done = stop.done(raw["step_s"], time.perf_counter() - measure_start)
+                if ddp.agree(done) if ddp else done:  # DDP ranks must run the same steps: rank 0 decides for all
+                    break
+            self.measured_wall = time.perf_counter() - measure_start - baton.idle_s  # lockstep: minus the
+            self.cpu_used = tree_cpu_seconds(me) - cpu_before  # partner's turns
+        finally:
+            self.gpu_sampler.stop()
+
+    def record(self) -> None:
+        """What the measured steps showed besides their figures: compile outcome, CPU use, epochs, noise, input
+        shapes, debugging switches, the lockstep report, the knobs' evidence, memory peaks, the GPU's samples."""
+        out, extra, raw, settings = self.out, self.out["extra"], self.out["raw"], self.settings
+        if self.compile_stats:
+            extra["compile"] = self.compile_stats.summary(settings["compile"], self.warmup_step_s, raw["step_s"])
+        wall = self.measured_wall
+        shapes = self.series.shape_facts()
+        extra.update({
+            "measured_wall_s": wall,
+            "cpu_util": self.cpu_used / wall / (psutil.cpu_count() or 1) if wall > 0 else None,
+            "epochs_started": self.epochs,
+            "torch_threads": torch.get_num_threads(),
+            "noise": wave_noise(raw["step_s"], settings["num_workers"]),
+            "epoch_start_steps": shapes["epoch_start_steps"],
+            "epoch_steps": self.epoch_steps,
+            "distinct_input_shapes": shapes["distinct_input_shapes"],
+            "input_shapes_static": shapes["input_shapes_static"],
+            **debug_switches(),
+        })
+        if self.baton.active:
+            extra["lockstep"] = self.baton.report()
+        out["applied"].update(self.evidence.report())
+        out["memory"] = memory_peaks(self.spec.device)  # the measured steps' peaks, before any extra step
+        out["gpu"] = self.gpu_sampler.result()
+
+    def collect(self, workdir: Path | None) -> None:
+        """Collectors that need steps of their own run now, after the timing, and never fail the probe."""
+        spec, out, phase = self.spec, self.out, self.phase
+        collectors = out["extra"]["collectors"] = {"nvml": self.gpu_sampler.status}
+        if self.ddp:  # extra steps for FLOPs or the profiler would need every rank to join their all-reduces alike
+            out["extra"]["local_step_s"] = self.ddp.local_steps(self.model, self.extra_step)
+            collectors["flops"] = collectors["profiler"] = "skipped: distributed probe"
+            phase("done")
+            return
+        if spec.count_flops:
+            phase("counting FLOPs of one step")
+            collectors["flops"] = extra_steps.count_flops(spec, out, self.forward_backward)
+        else:
+            collectors["flops"] = "skipped: a re-measurement (the first probe of these settings counted them)"
+        if spec.profile:
+            phase("profiling extra steps")
+            profile_start = time.perf_counter()
+            collectors["profiler"] = extra_steps.profile(spec, out, workdir, self.extra_step)
+            out["extra"]["profile_wall_s"] = time.perf_counter() - profile_start  # not part of an unprofiled probe
+        else:
+            collectors["profiler"] = "skipped: not a designated probe"
+        phase("done")
+
+
+def _seed(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+
+
+def build_optimizer(wl, model):
+    """The workload's optimizer over the model's parameters, or AdamW(lr=1e-3) when it builds none."""
+    if wl.build_optimizer:
+        return wl.call("build_optimizer", model.parameters())
+    return torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+
+def _epoch_steps(loader) -> int | None:
+    """Batches per epoch, or None when the dataset has no length (an IterableDataset without __len__)."""
+    try:
+        return len(loader) or None
+    except TypeError:
+        return None
+
+
+def _count_items(wl, host_batch) -> float:
+    """The batch's work: what the workload's count_items says, else the first tensor's batch dimension."""
+    if wl.count_items is not None:
+        return float(wl.count_items(host_batch))
+    tensor = apply.first_tensor(host_batch)
+    return float(tensor.shape[0]) if tensor is not None and tensor.dim() > 0 else 1.0
