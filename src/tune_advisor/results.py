@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from . import __version__
 from .errors import UsageError
+from .files import write_json_atomic
 from .probe.result import Status
 
 SCHEMA_VERSION = 2  # 2: probe statuses "stopped" and "unsupported"
@@ -41,25 +40,16 @@ def new_document(command: list[str], environment: dict, workload: dict) -> dict[
 
 
 def write_atomic(path: Path, document: dict[str, Any]) -> None:
-    """Write to a temporary file in the same folder, fsync, then rename over: a kill never leaves half a file.
+    """Write results.json atomically (files.write_json_atomic): a kill never leaves half a file.
 
     A write that fails (full disk, folder gone read-only) leaves the previous file as it was and raises UsageError.
     """
     path = Path(path)
-    tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "w") as f:
-            json.dump(document, f, indent=1, allow_nan=False)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_json_atomic(path, document, mode=0o600)  # owner-only, as results.json has always been written
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}"
                          + ("; the previous version is kept" if path.exists() else "")) from None
-    finally:
-        if tmp is not None and os.path.exists(tmp):  # only when the rename did not happen
-            os.unlink(tmp)
 
 
 # The top-level keys the tool relies on and the JSON types each may have; probe statuses (probe.result.Status).

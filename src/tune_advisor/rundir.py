@@ -14,8 +14,8 @@ from .errors import UsageError
 from .probe.result import ProbeResult
 
 LOCK_NAME = ".tune-advisor.lock"
-# What a killed run can leave: results.write_atomic's and render.write_text's temporary files, and the temporary
-# folder of the probe that was running (probe.runner).
+# What a killed run can leave: the temporary files of results.json and the reports (files.write_bytes_atomic names
+# them `<name>…tmp`), and the temporary folder of the probe that was running (probe.runner).
 TEMP_PATTERNS = ("results.json*.tmp", "report.*.tmp", "probes/*.scratch")
 
 

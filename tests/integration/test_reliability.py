@@ -11,27 +11,14 @@ import sys
 import time
 import uuid
 
-import psutil
 import pytest
 
 from tune_advisor import results, rundir
 
-from ..conftest import WORKLOADS
+from ..conftest import WORKLOADS, tagged_processes
 
 FAST_FLAGS = ["--device", "cpu", "--min-time", "0.1", "--min-steps", "3", "--warmup", "1", "--no-profile"]
 KILL_POINTS = 6
-
-
-def tagged_processes(tag: str) -> list[psutil.Process]:
-    """Processes started under the environment tag `tag`: the CLI, its zygote, probe children, loader workers."""
-    found = []
-    for p in psutil.process_iter():
-        try:
-            if p.environ().get("TUNE_ADVISOR_TEST_TAG") == tag:
-                found.append(p)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
 
 
 def no_process_left(tag: str, wait_s: float = 10.0) -> bool:

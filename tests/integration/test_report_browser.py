@@ -13,8 +13,7 @@ import pytest
 
 from tune_advisor.render import html, write_compare, write_reports
 
-from ..conftest import ROOT
-from ..unit.test_render_reports import HOSTILE, golden, hostile_document, minimal_documents, with_findings
+from ..conftest import HOSTILE, ROOT, golden, hostile_document, minimal_documents, with_findings
 
 CHROMIUM = os.environ.get("TUNE_ADVISOR_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = ROOT / "test-artifacts"

@@ -11,8 +11,7 @@ from tune_advisor import api, rundir
 from tune_advisor.errors import TuneAdvisorError
 from tune_advisor.probe import runner
 
-from ..conftest import BAD, FAST, FIXTURES
-from .test_reliability import tagged_processes
+from ..conftest import BAD, FAST, FIXTURES, tagged_processes
 
 
 def open_fds() -> int:

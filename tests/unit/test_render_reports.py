@@ -15,72 +15,7 @@ from rich.console import Console
 from tune_advisor import results
 from tune_advisor.render import charts, html, markdown, terminal, view, write_compare, write_reports
 
-from ..conftest import ROOT
-
-GOLDEN = ROOT / "tests" / "golden"
-HOSTILE = "</script><img src=x onerror=alert(1)> [/] [bold red]x `|` **y** {{ 7*7 }}"
-
-
-def golden(name: str = "cnn") -> dict:
-    return results.read(GOLDEN / f"{name}.results.json")
-
-
-def sample_findings() -> list[dict]:
-    """Findings shaped like the rules engine's FINDING (SPEC §7): one measured, one estimated."""
-    return [
-        {"code": "TA401", "name": "fp32-on-bf16-capable-cpu", "severity": "high",
-         "message": "Training runs in float32 although this CPU has AMX bf16: bf16 autocast ran 1.82x faster (p002).",
-         "evidence": {"baseline_samples_per_s": 225.67, "bf16_samples_per_s": 411.65, "cpu_flags": ["amx_bf16"]},
-         "fix": {"settings": {"amp": "bf16"},
-                 "snippet": "with torch.autocast(device_type='cpu', dtype=torch.bfloat16):\n"
-                            "    loss = compute_loss(model, batch)"},
-         "gain": {"measured": True, "speedup": {"median": 1.82, "ci_low": 1.77, "ci_high": 1.88},
-                  "time_saved_frac": 0.45},
-         "probes": ["p001", "p002"]},
-        {"code": "TA301", "name": "batch-too-small-for-memory", "severity": "low",
-         "message": "Peak memory is 515 MiB of 20 GiB: a larger batch fits.",
-         "evidence": {"peak_memory_bytes": 539734016},
-         "fix": {"settings": {"batch_size": 64}, "snippet": ""},
-         "gain": {"measured": False, "speedup": 1.19, "time_saved_frac": 0.16}, "probes": ["p007"]},
-    ]
-
-
-def with_findings() -> dict:
-    doc = golden("cnn")
-    doc["findings"] = sample_findings()
-    return doc
-
-
-def hostile_document() -> dict:
-    """The cnn run with attacker-controlled text in every place a user's file or code can put text."""
-    doc = golden("cnn")
-    doc["workload"].update(model_class=HOSTILE, path=f"models/{HOSTILE}.py")
-    doc["environment"]["device_name"] = HOSTILE
-    doc["command"] = ["tune-advisor", "analyze", f"{HOSTILE}.py"]
-    doc["notes"] = [HOSTILE]
-    doc["budget"]["unexplored"] = [HOSTILE]
-    failed = doc["probes"][3]
-    failed.update(status="error", error=f"ValueError: {HOSTILE}", role=HOSTILE)
-    for probe in [doc["recommended"], *(p for p in doc["probes"] if p["id"] in ("p012", "p017", "p019"))]:
-        probe["settings"]["amp"] = HOSTILE  # a setting value
-    finding = sample_findings()[0]
-    finding.update(code=HOSTILE, name=HOSTILE, severity=HOSTILE, message=HOSTILE, evidence={HOSTILE: HOSTILE},
-                   fix={"settings": {"amp": HOSTILE}, "snippet": HOSTILE}, probes=[HOSTILE])
-    doc["findings"] = [finding]
-    return doc
-
-
-def minimal_documents() -> dict[str, dict]:
-    """Runs that produced (almost) nothing: each renderer must say so, not crash."""
-    started = results.new_document(["tune-advisor", "analyze", "m.py"], {"device": "cpu"}, {"path": "m.py"})
-    failed = copy.deepcopy(started)
-    base = golden("cnn")["probes"][0]
-    base.update(status="error", error="RuntimeError: boom at m.py:12", step_time_s={"median": None, "iqr": None,
-                                                                                  "samples": []},
-                throughput={"median": None, "ci_low": None, "ci_high": None, "unit": "samples/s"})
-    failed.update(baseline=base, recommended=base, probes=[base], notes=["the baseline probe failed (error)"])
-    return {"started": started, "baseline_failed": failed, "bare": {"schema_version": 1}}
-
+from ..conftest import HOSTILE, golden, hostile_document, minimal_documents, with_findings
 
 def terminal_text(document: dict) -> str:
     console = Console(file=io.StringIO(), width=200, color_system=None)

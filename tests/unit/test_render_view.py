@@ -5,7 +5,7 @@ from __future__ import annotations
 from tune_advisor import knobs
 from tune_advisor.render import view
 
-from .test_render_reports import golden
+from ..conftest import golden
 
 
 def probe(pid: str, role: str = "combine", status: str = "ok", median: float | None = 100.0, **changes) -> dict:

@@ -16,9 +16,9 @@ import typer
 
 from .. import results
 from ..errors import UsageError
+from ..files import write_text_atomic
 from ..gate import DEFAULT_ROUNDS, GateResult, report, run_gate
 from ..probe.spec import Protocol
-from ..render import write_text
 from ._common import err, handle_errors, out as stdout
 
 
@@ -107,7 +107,7 @@ def _write_outputs(result: GateResult, out: Path | None, junit: Path | None) -> 
         if out is not None:
             results.write_atomic(out / "gate.json", result.document)
         if junit is not None:
-            write_text(junit, report.junit(result.document))
+            write_text_atomic(junit, report.junit(result.document))
     except OSError as exc:
         raise UsageError(f"cannot write the gate's output ({exc.strerror or exc}: {exc.filename})") from None
     summary = os.environ.get("GITHUB_STEP_SUMMARY")

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import environment, hardware
+from ..files import write_text_atomic
 
 CACHE_SCHEMA = 1
 START_SIZE = {"cpu": 256, "cuda": 1024}  # 24 ms for bf16 emulated at 1.4 GFLOP/s (an AVX2-only Zen CPU)
@@ -169,8 +170,8 @@ def peak_status(device: str, key: str | None = None) -> tuple[dict[str, float] |
 
 def store_peaks(key: str, device: str, peaks: dict[str, float], method: str, gaps: dict[str, str] | None = None,
                 **facts: Any) -> None:
-    """Merge one machine's peaks, and why the others are missing (`gaps`), into the cache file (atomically: a
-    temporary file, then a rename). `incomplete`: a dtype the calibration meant to measure has no roof."""
+    """Merge one machine's peaks, and why the others are missing (`gaps`), into the cache file (atomically).
+    `incomplete`: a dtype the calibration meant to measure has no roof."""
     path = cache_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -183,9 +184,7 @@ def store_peaks(key: str, device: str, peaks: dict[str, float], method: str, gap
     doc["peaks"][key] = {"device": device, "flops_per_s": peaks, "gaps": gaps, "method": method,
                          "measured": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                          "incomplete": any(not why.startswith("skipped") for why in gaps.values()), **facts}
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(doc, indent=1))
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(doc, indent=1))  # not strict JSON: a cached NaN reads back as before
 
 
 def _peaks_of(entry: dict[str, Any] | None) -> dict[str, float] | None:

@@ -20,6 +20,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Callable
 
+from ..files import write_bytes_atomic
+
 WAIT, WARMUP, ACTIVE = 1, 1, 3  # profiler schedule: one step to settle, one to warm the profiler, three recorded
 MAX_TRACE_BYTES = 20 * 2**20  # gzipped; a larger trace is cut to its first step, then dropped
 TOP_OPS = 15
@@ -299,9 +301,7 @@ def write_trace(trace: dict[str, Any], path: Path | None, max_bytes: int = MAX_T
             return {"file": None, "bytes": None, "truncated": True,
                     "note": f"even one step's trace is {len(data) / 2**20:.1f} MiB gzipped, over the "
                             f"{max_bytes / 2**20:.0f} MiB cap: not kept"}
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    write_bytes_atomic(path, data)
     return {"file": path.name, "bytes": len(data), "truncated": truncated, "note": note}
 
 

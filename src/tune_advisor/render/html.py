@@ -14,10 +14,10 @@ from typing import Any, Mapping
 import jinja2
 from markupsafe import Markup
 
-from .. import __version__, knobs
+from .. import __version__, fmt, knobs
 from ..probe.result import Status
 from . import charts as charts_mod
-from . import fmt, view
+from . import view
 
 output_file_extension = "html"
 STATUSES = tuple(status.value for status in Status)

@@ -11,8 +11,8 @@ import re
 from typing import Any, Mapping
 
 from .. import knobs
+from ..fmt import fmt_bytes, fmt_ci, fmt_pct, fmt_seconds, fmt_speedup, fmt_value
 from . import view
-from .fmt import fmt_bytes, fmt_ci, fmt_pct, fmt_seconds, fmt_speedup, fmt_value
 
 output_file_extension = "md"
 # Inline Markdown syntax; HTML is handled by entities, and line-start syntax (#, -, 1.) never starts our lines.

@@ -1,18 +1,25 @@
-"""Terminal output with rich: one probe's numbers, a line per finished probe, and the analysis summary."""
+"""Terminal output with rich: one probe's numbers, a line per finished probe, and the analysis summary.
+
+`render(document)` is the summary as plain text (the `Renderer` protocol); the CLI prints with the functions
+below, in colour, to its console.
+"""
 
 from __future__ import annotations
 
+import io
 import textwrap
-from typing import Any
+from typing import Any, Mapping
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from .. import knobs
+from ..fmt import fmt_bytes, fmt_ci, fmt_rate, fmt_speedup
 from ..probe.result import ProbeResult
 from . import view
-from .fmt import fmt_bytes, fmt_ci, fmt_rate, fmt_speedup
+
+output_file_extension = "txt"
 
 
 def fmt_throughput(result: ProbeResult) -> str:
@@ -58,12 +65,19 @@ def probe_table(result: ProbeResult, console: Console) -> None:
     console.print(table)
 
 
+def render(document: Mapping[str, Any]) -> str:
+    """The summary `tune-advisor report` prints for `document`, as plain text: no colour, lines not wrapped."""
+    console = Console(file=io.StringIO(), color_system=None, soft_wrap=True)
+    document_summary(document, console)
+    return console.file.getvalue()
+
+
 def analysis_summary(result, console: Console) -> None:
     """Verdict, settings, failures and what was left unexplored (`tune-advisor analyze`)."""
     document_summary(result.document, console, results_path=result.results_path)
 
 
-def document_summary(document: dict[str, Any], console: Console, results_path=None, top_findings: int = 5) -> None:
+def document_summary(document: Mapping[str, Any], console: Console, results_path=None, top_findings: int = 5) -> None:
     """The terminal summary of a results.json document: verdict, settings, top findings, failed probes."""
     r = view.build(document)
     base, rec = r.baseline, r.recommended

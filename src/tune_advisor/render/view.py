@@ -12,9 +12,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .. import knobs
-from ..rules import snippets
-from .fmt import fmt_bytes, fmt_ci, fmt_seconds, fmt_speedup, fmt_value
+from .. import knobs, snippets
+from ..fmt import fmt_bytes, fmt_ci, fmt_seconds, fmt_speedup, fmt_value
 
 FAILED = ("oom", "error", "timeout", "crashed", "diverged")
 # Neither failures nor verdicts on a knob: cut short (the budget, a lockstep partner), or no kernel on this machine.

@@ -269,22 +269,6 @@ def _ids(config: Config) -> str:
     return "+".join(config.ids)
 
 
-def fmt_rate(value: float | None, unit: str) -> str:
-    """Messages are data, not rendering: rules word their numbers themselves (renderers read rules, not back)."""
-    if value is None or not math.isfinite(value):
-        return "-"
-    return f"{value:,.0f} {unit}" if value >= 100 else f"{value:.3g} {unit}"
-
-
-def fmt_bytes(value: float | None) -> str:
-    if not value:
-        return "-"
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if value >= size:
-            return f"{value / size:.1f} {unit}"
-    return f"{value:.0f} B"
-
-
 def changed(settings: dict[str, Any], base: dict[str, Any]) -> str:
     return knobs.describe({k: v for k, v in settings.items() if k in base}, base)
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 
+from .. import snippets
 from ..analysis import stats
-from . import snippets
-from .context import Config, Context, Finding, Gain, fmt_rate
+from ..fmt import fmt_rate
+from .context import Config, Context, Finding, Gain
 from .registry import rule
 
 WAIT_BOUND = 0.30  # data wait above this share of the step makes the input pipeline the bottleneck
@@ -118,10 +119,10 @@ def loader_oversubscribed(ctx: Context) -> Finding | None:
         worst = min(slower, key=lambda c: c.throughput)
         loss = ctx.gain(best, worst)
         cores = ctx.cpu_count
+        rates = [fmt_rate(c.throughput, ctx.unit, significant_below=100) for c in (worst, best)]
         message = (f"num_workers={worst['num_workers']} trains {loss.text()} as fast as "
-                   f"num_workers={best['num_workers']} ({fmt_rate(worst.throughput, ctx.unit)} vs "
-                   f"{fmt_rate(best.throughput, ctx.unit)}) on {cores} cores: past num_workers={best['num_workers']}, "
-                   "more workers compete for the CPU")
+                   f"num_workers={best['num_workers']} ({rates[0]} vs {rates[1]}) on {cores} cores: "
+                   f"past num_workers={best['num_workers']}, more workers compete for the CPU")
         evidence = {"best_num_workers": best["num_workers"], "cpu_count": cores, "unit": ctx.unit,
                     "throughput_by_num_workers": {c["num_workers"]: round(c.throughput, 1) for c in ladder},
                     "cpu_util_by_num_workers": {c["num_workers"]: c.extra("cpu_util") for c in ladder}}

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from . import snippets
-from .context import Context, Finding, Gain, fmt_bytes
+from .. import snippets
+from ..fmt import fmt_bytes
+from .context import Context, Finding, Gain
 from .registry import rule
 
 HEADROOM = 0.50  # peak memory below half of the capacity leaves room for a batch twice as large
@@ -54,7 +55,8 @@ def memory_headroom_unused(ctx: Context) -> Finding | None:
     climb = ctx.gain(previous, subject)
     if not climb.significant:
         return None
-    message = (f"the recommended settings peak at {fmt_bytes(subject.peak_memory)} of {fmt_bytes(limit)} "
+    message = (f"the recommended settings peak at {fmt_bytes(subject.peak_memory, digits=1)} of "
+               f"{fmt_bytes(limit, digits=1)} "
                f"({subject.peak_memory / limit:.0%}) and throughput still rose {climb.text()} from batch_size "
                f"{previous['batch_size']} to {batch}: larger batches fit and were not tried")
     evidence = {"peak_memory_bytes": subject.peak_memory, "capacity_bytes": limit, "capacity_source": source,
@@ -106,8 +108,8 @@ def near_memory_limit(ctx: Context) -> Finding | None:
         if not peak or peak < NEAR_LIMIT * limit:
             continue
         which = "recommended" if subject is ctx.recommended and subject is not ctx.baseline else "baseline"
-        message = (f"the {which} settings peak at {fmt_bytes(peak)}, {peak / limit:.0%} of {fmt_bytes(limit)}: "
-                   "little room for longer inputs or fragmentation")
+        message = (f"the {which} settings peak at {fmt_bytes(peak, digits=1)}, {peak / limit:.0%} of "
+                   f"{fmt_bytes(limit, digits=1)}: little room for longer inputs or fragmentation")
         fix, snippet = _memory_fix(ctx, subject.settings)
         evidence = {"peak_memory_bytes": peak, "capacity_bytes": limit, "capacity_source": source}
         return Finding(message, evidence, fix, snippet, Gain.estimated(None, "a safety margin, not a speed-up"),
@@ -174,7 +176,7 @@ def oom_frontier(ctx: Context) -> Finding | None:
     if fits is None:
         return Finding(message + "; no smaller batch with the same settings was measured", evidence, {}, "",
                        Gain.estimated(None, "a capacity finding"), probes)
-    message += f"; the largest batch that fits is {fits['batch_size']} (peak {fmt_bytes(fits.peak_memory)})"
+    message += f"; the largest batch that fits is {fits['batch_size']} (peak {fmt_bytes(fits.peak_memory, digits=1)})"
     evidence.update(fits_batch_size=fits["batch_size"], fits_peak_memory_bytes=fits.peak_memory)
     probes += fits.ids
     opened = {}

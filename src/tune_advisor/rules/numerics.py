@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from .. import knobs
+from .. import knobs, snippets
 from ..analysis import parity
-from . import snippets
 from .context import Config, Context, Finding, changed
 from .registry import rule
 

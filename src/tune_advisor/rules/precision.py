@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import snippets
+from .. import snippets
 from .context import Context, Finding, Gain
 from .registry import rule
 

@@ -1,25 +1,44 @@
-"""Copy-paste code for fixes: the few lines a user adds to their own training script."""
+"""Copy-paste code: the few lines a user adds to their own training script.
+
+One module for both kinds: each finding's fix (the rules) and the whole recommendation, the reports' "Apply it"
+(render.view, shown alike by the terminal, HTML and Markdown).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, Mapping
 
-from .. import knobs
+from . import knobs
 
 AMP_DTYPES = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}
 
 
-def dataloader(settings: dict[str, Any], cuda: bool) -> str:
-    """DataLoader(...) with the loader knobs of `settings` (CUDA-only ones only on CUDA)."""
+def loader_call(settings: Mapping[str, Any], pin_memory: Literal["when on", "always", "never"] = "when on",
+                shuffle_first: bool = False) -> str:
+    """`loader = DataLoader(dataset, ...)` with the loader knobs of `settings`: the one place that decides which of
+    them a snippet spells out. Knobs at DataLoader's defaults are left out, except pin_memory with "always".
+
+    pin_memory: "when on" (only pin_memory=True), "always" (True or False: on CUDA a finding about the loader shows
+    it either way) or "never" (no CUDA: pinning does nothing). shuffle_first: shuffle=True before batch_size.
+    """
     args = [f"batch_size={settings['batch_size']}", f"num_workers={settings['num_workers']}"]
-    if cuda:
-        args.append(f"pin_memory={settings['pin_memory']}")
-    if settings["num_workers"] > 0:
-        if settings["persistent_workers"]:  # False is the DataLoader's default: not worth a line to copy
+    args.insert(0 if shuffle_first else 1, "shuffle=True")
+    pinned = bool(settings.get("pin_memory"))
+    if pin_memory == "always" or (pin_memory == "when on" and pinned):
+        args.append(f"pin_memory={pinned}")
+    if settings["num_workers"] > 0:  # the worker knobs exist only with workers (knobs.LOADER_KNOBS)
+        if settings.get("persistent_workers"):
             args.append("persistent_workers=True")
-        if settings.get("prefetch_factor", 2) != 2:
-            args.append(f"prefetch_factor={settings['prefetch_factor']}")
-    text = "loader = DataLoader(dataset, shuffle=True, " + ", ".join(args) + ")"
+        prefetch = settings.get("prefetch_factor", knobs.KNOBS["prefetch_factor"].default)
+        if prefetch != knobs.KNOBS["prefetch_factor"].default:
+            args.append(f"prefetch_factor={prefetch}")
+    return f"loader = DataLoader(dataset, {', '.join(args)})"
+
+
+def dataloader(settings: dict[str, Any], cuda: bool) -> str:
+    """A finding's loader fix: the loader line (pin_memory spelled out on CUDA), and the non_blocking copy when
+    pinned."""
+    text = loader_call(settings, pin_memory="always" if cuda else "never", shuffle_first=True)
     if cuda and settings["pin_memory"]:
         text += "\nbatch = [t.to(device, non_blocking=True) for t in batch]  # pinned + non_blocking: async copies"
     return text
@@ -85,16 +104,9 @@ def compile_model(mode: str) -> str:
 
 
 def recommended(settings: dict[str, Any]) -> str:
-    """All the recommended settings as code a user pastes into their training script (the report's "Apply it");
-    the functions above give one fix each, for the findings."""
-    loader_args = [f"batch_size={settings['batch_size']}", "shuffle=True", f"num_workers={settings['num_workers']}"]
-    if settings["pin_memory"]:
-        loader_args.append("pin_memory=True")
-    if settings["num_workers"] > 0 and settings["persistent_workers"]:
-        loader_args.append("persistent_workers=True")
-    if settings["num_workers"] > 0 and settings["prefetch_factor"] != knobs.KNOBS["prefetch_factor"].default:
-        loader_args.append(f"prefetch_factor={settings['prefetch_factor']}")
-    lines = [f"loader = DataLoader(dataset, {', '.join(loader_args)})"]
+    """All the recommended settings as code a user pastes into their training script (the reports' "Apply it");
+    its loader line is `loader_call`'s, as the findings' loader fixes are."""
+    lines = [loader_call(settings)]
     if settings["cudnn_benchmark"]:
         lines.insert(0, "torch.backends.cudnn.benchmark = True")
     if settings["matmul_precision"] != "highest":

@@ -1,4 +1,7 @@
-"""Number formatting shared by every renderer, so the terminal, HTML and Markdown show the same figures."""
+"""Number formatting for every text the tool shows: the renderers' figures and the rules' finding messages.
+
+A leaf module (it imports nothing from the package), so rules can word their numbers without importing render.
+"""
 
 from __future__ import annotations
 
@@ -13,20 +16,26 @@ def _missing(value: Any) -> bool:
     return value is None or isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
 
 
-def fmt_rate(value: float | None, unit: str = "") -> str:
+def fmt_rate(value: float | None, unit: str = "", significant_below: float = 10) -> str:
+    """A throughput: from 100 a whole number with thousands separators, below `significant_below` 3 significant
+    digits, in between one decimal. Reports use 10 (40.0 samples/s); findings' messages pass 100 (40 samples/s)."""
     if _missing(value):
         return DASH
-    text = f"{value:,.0f}" if value >= 100 else f"{value:.3g}" if value < 10 else f"{value:.1f}"
+    if value >= 100:
+        text = f"{value:,.0f}"
+    else:
+        text = f"{value:.3g}" if value < significant_below else f"{value:.1f}"
     return f"{text} {unit}".strip()
 
 
-def fmt_bytes(value: int | None) -> str:
+def fmt_bytes(value: int | None, digits: int = 2) -> str:
+    """A size in binary units with `digits` decimals (reports 2, findings' messages 1); "-" for none or zero."""
     if _missing(value) or not value:
         return DASH
     for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if value >= size:
-            return f"{value / size:.2f} {unit}"
-    return f"{value} B"
+            return f"{value / size:.{digits}f} {unit}"
+    return f"{value:.0f} B"
 
 
 def fmt_ci(throughput: Mapping[str, Any] | None, with_unit: bool = True) -> str:

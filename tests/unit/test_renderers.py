@@ -1,0 +1,75 @@
+"""The three renderers behind one protocol, and one "Apply it" snippet whichever of them shows it."""
+
+from __future__ import annotations
+
+import html as html_lib
+import re
+
+import pytest
+
+from tune_advisor import knobs, snippets
+from tune_advisor.render import Renderer, html, markdown, terminal, view
+
+from ..conftest import golden
+
+RENDERERS = {"html": html, "markdown": markdown, "terminal": terminal}
+
+
+@pytest.mark.parametrize("name", sorted(RENDERERS))
+def test_each_renderer_module_is_a_renderer_and_renders_the_recommended_settings(name):
+    module = RENDERERS[name]
+    assert isinstance(module, Renderer)
+    assert isinstance(module.output_file_extension, str) and module.output_file_extension
+    doc = golden("cnn")
+    text = module.render(doc)
+    assert isinstance(text, str) and text.strip()
+    changes = view.build(doc).changes
+    assert changes and knobs.describe(changes) in text  # batch_size=64, amp=bf16, channels_last=true
+    assert "loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=0)" in text
+
+
+def test_the_terminal_renders_what_it_prints_as_plain_text():
+    text = terminal.render(golden("cnn"))
+    assert "Speedup      2.29x" in text and "Apply it" in text
+    assert "\x1b[" not in text and "[bold]" not in text  # no colour codes, no rich markup
+
+
+def loader_document() -> dict:
+    """The cnn run with a recommendation that pins memory and changes every loader knob."""
+    doc = golden("cnn")
+    doc["recommended"]["settings"].update(num_workers=4, pin_memory=True, persistent_workers=True, prefetch_factor=4)
+    return doc
+
+
+def apply_it(name: str, doc: dict) -> str:
+    """The "Apply it" snippet as the user reads it in each output."""
+    text = RENDERERS[name].render(doc)
+    if name == "terminal":
+        block = text.split("\nApply it\n")[1].splitlines()
+        return "\n".join(line[4:] for line in block[:next(i for i, line in enumerate(block)
+                                                           if not line.startswith("    "))])
+    if name == "markdown":
+        return re.search(r"### Apply it\n\n(`{3,})python\n(.*?)\n\1\n", text, re.S).group(2)
+    return html_lib.unescape(re.search(r'<section id="settings".*?<pre><code>(.*?)</code></pre>', text, re.S)
+                             .group(1))
+
+
+def test_terminal_html_and_markdown_show_the_same_apply_it_snippet():
+    doc = loader_document()
+    shown = {name: apply_it(name, doc) for name in RENDERERS}
+    expected = snippets.recommended(knobs.full_settings(doc["recommended"]["settings"]))
+    assert shown == {name: expected for name in RENDERERS}
+    assert "pin_memory=True" in expected and "prefetch_factor=4" in expected and "persistent_workers=True" in expected
+
+
+@pytest.mark.parametrize("prefetch", [2, 4])
+@pytest.mark.parametrize("pin", [False, True])
+def test_a_findings_loader_fix_and_the_apply_it_snippet_agree_on_pinning_and_prefetching(pin, prefetch):
+    settings = knobs.full_settings(dict(num_workers=2, pin_memory=pin, prefetch_factor=prefetch))
+    fix, whole = snippets.dataloader(settings, cuda=True), snippets.recommended(settings)
+    for text in (fix, whole):
+        assert ("pin_memory=True" in text) == pin
+        assert ("prefetch_factor=4" in text) == (prefetch == 4) and "prefetch_factor=2" not in text
+    # on CUDA the fix spells pinning out either way, with the asynchronous copy when pinned
+    assert ("pin_memory=False" in fix) == (not pin) and ("non_blocking=True" in fix) == pin
+    assert "pin_memory" not in snippets.dataloader(settings, cuda=False)  # no CUDA: pinning does nothing
