@@ -63,7 +63,7 @@ def main(argv: list[str]) -> int:
         path = ROOT / "fixtures" / f"{name}.py"
         runs = []
         for i in (1, 2):
-            result = api.analyze(path, out=tmp / f"{name}-{i}", device="cpu", budget=args.budget)
+            result = api.analyze(path, api.AnalyzeOptions(out=tmp / f"{name}-{i}", device="cpu", budget=args.budget))
             doc = result.document
             figures = doc.get("figures") or {}
             base_rates = remeasure(path, doc["baseline"]["settings"], tmp / "probes")

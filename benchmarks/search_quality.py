@@ -55,7 +55,7 @@ def fastest(probes: list[ProbeResult]) -> ProbeResult:
     return max((p for p in probes if p.ok), key=lambda p: p.throughput_median)
 
 
-def saved_run(folder: Path, strategy: str) -> api.AnalysisResult | None:
+def saved_run(folder: Path, strategy: str) -> api.Analysis | None:
     """A finished run of `strategy` from an earlier invocation with the same --out (the grid is the slow part)."""
     try:
         doc = results.read(folder / "results.json")
@@ -64,8 +64,8 @@ def saved_run(folder: Path, strategy: str) -> api.AnalysisResult | None:
     if doc.get("run", {}).get("state") != "complete" or doc.get("plan", {}).get("strategy") != strategy:
         return None
     probes = [ProbeResult.from_dict(p) for p in doc["probes"]]
-    return api.AnalysisResult(ProbeResult.from_dict(doc["baseline"]), ProbeResult.from_dict(doc["recommended"]),
-                              doc["speedup"], probes, doc["notes"], doc["budget"]["unexplored"], folder, doc)
+    return api.Analysis(ProbeResult.from_dict(doc["baseline"]), ProbeResult.from_dict(doc["recommended"]),
+                        doc["speedup"], probes, doc["notes"], doc["budget"]["unexplored"], folder, doc)
 
 
 def remeasure(path: Path, reference: dict, candidate: dict, workdir: Path) -> dict:
@@ -73,7 +73,7 @@ def remeasure(path: Path, reference: dict, candidate: dict, workdir: Path) -> di
     {"median", "low", "high", "rounds", "how"}."""
     if reference == candidate:
         return {"median": 1.0, "low": 1.0, "high": 1.0, "rounds": [], "how": "same settings"}
-    info = api.inspect(path, "cpu", workdir)
+    info = api.inspect_workload(path, "cpu", workdir)
     paired = together(reference, candidate)
     ratios = []
     for i in range(ROUNDS if paired else ROUNDS_IN_TURN):
@@ -97,12 +97,13 @@ def remeasure(path: Path, reference: dict, candidate: dict, workdir: Path) -> di
 def bench(name: str, out: Path, budget: str = PLANNER_BUDGET, curve: tuple[str, ...] = ()) -> dict:
     path = ROOT / "fixtures" / name
     stem = path.stem
-    api.inspect(path, "cpu", out / stem / "warm")  # start the probe zygote first, so neither strategy pays for it
+    # start the probe zygote first, so neither strategy pays for it
+    api.inspect_workload(path, "cpu", out / stem / "warm")
     grid = saved_run(out / stem / "grid", "grid")
     if grid is None:
         print(f"\n== {name}: grid", flush=True)
-        grid = api.analyze(path, out=out / stem / "grid", device="cpu", budget=None, protocol=PROTOCOL,
-                           strategy="grid")
+        grid = api.analyze(path, api.AnalyzeOptions(out=out / stem / "grid", device="cpu", budget=None,
+                                                    protocol=PROTOCOL, strategy="grid"))
     else:
         print(f"\n== {name}: grid already measured in {out / stem / 'grid'}", flush=True)
     explore = list(grid.document["workload"]["search"])  # the same space as the grid
@@ -112,7 +113,8 @@ def bench(name: str, out: Path, budget: str = PLANNER_BUDGET, curve: tuple[str, 
         if run is None:
             print(f"== {name}: adaptive planner, {label} (--budget {budget}, --knobs {','.join(explore)})",
                   flush=True)
-            run = api.analyze(path, out=folder, device="cpu", budget=budget, protocol=PROTOCOL, only_knobs=explore)
+            run = api.analyze(path, api.AnalyzeOptions(out=folder, device="cpu", budget=budget, protocol=PROTOCOL,
+                                                       only_knobs=explore))
         else:
             print(f"== {name}: adaptive planner, {label}: already measured in {folder}", flush=True)
         return run

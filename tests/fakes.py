@@ -1,39 +1,60 @@
-"""A fake probe runner: settings -> synthetic step times, so the planner is tested in milliseconds."""
+"""A fake probe backend: settings -> synthetic step times, so the planner is tested in milliseconds."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from tune_advisor.probe.backend import Job, bare_spec
 from tune_advisor.probe.result import ProbeResult, Status
+from tune_advisor.probe.spec import ProbeSpec
 
 
-class FakeRunner:
-    """`rate(settings)` gives samples/s, a Status for a failing configuration, or a dict with `rate` and optionally
+def fake_spec(probe_id: str, settings: dict[str, Any]) -> ProbeSpec:
+    """What the fake backend reads of a spec: its id and settings."""
+    return bare_spec(probe_id, settings, "", None)
+
+
+class FakeBackend:
+    """A ProbeBackend (probe/backend.py) that measures nothing.
+
+    `rate(settings)` gives samples/s, a Status for a failing configuration, or a dict with `rate` and optionally
     `wait` (share of each step spent waiting for data), `memory` (peak bytes; default batch_size MiB) and `loss`
     (the per-step losses; by default the same falling curve for every configuration, as a shared seed gives).
     Steps get seeded uniform jitter of ±`jitter` (2% by default).
 
     `moment(settings, role)` models the machine's speed states: the factor a probe run on its own is slowed by
-    (1.0: none). Two probes measured together in lockstep (`pair`) share every moment, so it cancels between them."""
+    (1.0: none). Two probes measured together in lockstep (`pair`) share every moment, so it cancels between them.
+
+    `clock` (a FakeClock), when given, advances by each probe's wall time. `can_pair`, `pair_memory_bytes` and
+    `width` are the backend's as the Session sees them; `many` hands its results back in reverse order, as a pool
+    of workers finishes them in any order."""
 
     def __init__(self, rate: Callable[[dict[str, Any]], float | Status | dict], steps: int = 30,
                  wall_s: float = 5.0, jitter: float = 0.02,
-                 moment: Callable[[dict[str, Any], str], float] | None = None):
+                 moment: Callable[[dict[str, Any], str], float] | None = None, *, clock: FakeClock | None = None,
+                 can_pair: bool = True, pair_memory_bytes: int | None = None, width: int = 1):
         self.rate, self.steps, self.wall_s, self.jitter = rate, steps, wall_s, jitter
         self.moment = moment or (lambda settings, role: 1.0)
+        self.clock, self.can_pair, self.pair_memory_bytes, self.width = clock, can_pair, pair_memory_bytes, width
         self.calls: list[dict[str, Any]] = []
         self.pairs: list[tuple[str, str]] = []  # probe ids measured together
+        self.batches: list[int] = []  # how many jobs each call of `many` got
+        self.closed = False
 
-    def __call__(self, probe_id: str, settings: dict[str, Any], role: str) -> ProbeResult:
-        return self._measure(probe_id, settings, role, self.moment(settings, role))
+    def run(self, spec: ProbeSpec, role: str) -> ProbeResult:
+        result = self._measure(spec.id, spec.settings, role, self.moment(spec.settings, role))
+        self._tick(result)
+        return result
 
-    def pair(self, jobs: list[tuple[str, dict[str, Any], str]], first: int = 0) -> list[ProbeResult]:
-        """Both jobs in lockstep: the same moment for both, and as many steps. As probe/lockstep.py does, a side
-        whose partner failed is `stopped`, with no measured step (the partner failed before its first)."""
-        self.pairs.append((jobs[0][0], jobs[1][0]))
-        results = [self._measure(*job, slowdown=1.0) for job in jobs]
+    def pair(self, specs: list[ProbeSpec], roles: list[str], first: int) -> list[ProbeResult]:
+        """Both in lockstep: the same moment for both, and as many steps. As probe/lockstep.py does, a side whose
+        partner failed is `stopped`, with no measured step (the partner failed before its first)."""
+        if not self.can_pair:
+            raise NotImplementedError("this fake backend does not pair")
+        self.pairs.append((specs[0].id, specs[1].id))
+        results = [self._measure(s.id, s.settings, role, slowdown=1.0) for s, role in zip(specs, roles)]
         failed = next((r for r in results if not r.ok), None)
         for side, result in enumerate(results):
             partner = results[1 - side]
@@ -42,7 +63,20 @@ class FakeRunner:
             if failed is not None and result.ok:
                 result.status, result.raw = Status.STOPPED, {k: [] for k in result.raw}
                 result.error = f"stopped: its lockstep partner {partner.id} ended ({partner.status.value})"
+        for result in results:
+            self._tick(result)
         return results
+
+    def many(self, jobs: list[Job]) -> Iterator[ProbeResult]:
+        self.batches.append(len(jobs))
+        yield from reversed([self.run(spec, role) for spec, role in jobs])
+
+    def close(self) -> None:
+        self.closed = True
+
+    def _tick(self, result: ProbeResult) -> None:
+        if self.clock is not None:
+            self.clock.now += result.wall_s
 
     def _measure(self, probe_id: str, settings: dict[str, Any], role: str, slowdown: float) -> ProbeResult:
         self.calls.append(dict(settings))
@@ -62,7 +96,7 @@ class FakeRunner:
 
 
 class FakeClock:
-    """Advances by the fake runner's wall time per probe."""
+    """The time a Session reads: a FakeBackend given it advances it by each probe's wall time."""
 
     def __init__(self):
         self.now = 0.0

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 __version__ = "0.1.0"
-__all__ = ["AnalysisResult", "analyze", "__version__"]
+__all__ = ["Analysis", "AnalyzeOptions", "analyze", "__version__"]
 
 
 def __getattr__(name: str):
     # The API pulls in numpy and the planner; `import tune_advisor` alone stays cheap for the CLI and the child.
-    if name in ("analyze", "AnalysisResult"):
+    if name in ("analyze", "Analysis", "AnalyzeOptions"):
         from . import api
 
         return getattr(api, name)

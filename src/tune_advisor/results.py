@@ -39,6 +39,66 @@ def new_document(command: list[str], environment: dict, workload: dict) -> dict[
     }
 
 
+class RunRecord:
+    """The results.json of one analysis, and the only writer of its document while the run goes on. The methods
+    change the document; `save` writes it, atomically (analyze saves after every probe, so a killed run leaves the
+    probes that finished)."""
+
+    def __init__(self, path: Path, document: dict[str, Any]):
+        self.path, self.document = Path(path), document
+
+    @classmethod
+    def start(cls, path: Path, *, command: list[str], environment: dict, workload: dict, limit_s: float | None,
+              memory_budget_bytes: int | None, execution: dict[str, Any], identity: dict[str, Any]) -> "RunRecord":
+        """A running analysis's new document (not yet saved); `identity` (rundir.identity) is what a resumed run
+        must share with it."""
+        document = new_document(command, environment, workload)
+        document["budget"].update(limit_s=limit_s, memory_budget_bytes=memory_budget_bytes)
+        document["execution"] = execution
+        document["run"] = {"state": "running", **identity, "resumed": []}
+        return cls(path, document)
+
+    def continues(self, previous: dict[str, Any]) -> None:
+        """This run resumes the interrupted run of `previous` (its document): the resumes before it are kept."""
+        earlier = previous.get("run", {}).get("resumed")
+        self.document["run"]["resumed"] = list(earlier) if isinstance(earlier, list) else []
+
+    def set_peaks(self, flops_per_s: Any, status: str) -> None:
+        """The machine's peak FLOP/s (collectors.flops.ensure_peaks), for MFU."""
+        self.document["environment"]["peaks"] = {"status": status, "flops_per_s": flops_per_s}
+
+    def add_probe(self, entry: dict[str, Any]) -> None:
+        """A finished probe: its PROBE object."""
+        self.document["probes"].append(entry)
+
+    def spent(self, *, used_s: float, probes_run: int, unexplored: list[str]) -> None:
+        """The budget spent so far, and what the plan left unexplored."""
+        self.document["budget"].update(used_s=used_s, probes_run=probes_run, unexplored=list(unexplored))
+
+    def resumed(self, reused: list[str], discarded: list[str]) -> None:
+        """Which of the interrupted run's probes this run reused, and which it discarded (ids)."""
+        self.document["run"]["resumed"].append({"reused": list(reused), "discarded": list(discarded)})
+
+    def interrupted(self, notes: list[str]) -> None:
+        """Stopped (Ctrl-C) before a recommendation: the probes that finished stay."""
+        self.document["run"]["state"] = "interrupted"
+        self.document["notes"] = notes
+
+    def complete(self, *, baseline: dict[str, Any], recommended: dict[str, Any], speedup: dict[str, Any] | None,
+                 figures: dict[str, Any], notes: list[str], plan: dict[str, Any]) -> None:
+        """The recommendation and how it was found; the findings, which the rules derive from it, follow."""
+        self.document["run"]["state"] = "complete"
+        self.document.update(baseline=baseline, recommended=recommended, speedup=speedup, figures=figures,
+                             notes=notes, plan=plan)
+
+    def set_findings(self, findings: list[dict[str, Any]]) -> None:
+        """The rules' findings (rules.evaluate over this document)."""
+        self.document["findings"] = findings
+
+    def save(self) -> None:
+        write_atomic(self.path, self.document)
+
+
 def write_atomic(path: Path, document: dict[str, Any]) -> None:
     """Write results.json atomically (files.write_json_atomic): a kill never leaves half a file.
 

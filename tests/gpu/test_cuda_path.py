@@ -52,7 +52,7 @@ def test_cuda_out_of_memory_is_oom(tmp_path):
 
 
 def test_cuda_knobs_are_probed_not_skipped(tmp_path):
-    result = api.analyze(WORKLOADS / "tiny_cnn.py", out=tmp_path / "out", device="cuda", protocol=FAST,
-                         budget="5m")
+    result = api.analyze(WORKLOADS / "tiny_cnn.py", api.AnalyzeOptions(out=tmp_path / "out", device="cuda",
+                                                                       protocol=FAST, budget="5m"))
     tried = [p for p in result.probes if p.settings["pin_memory"] or p.settings["cudnn_benchmark"]]
     assert tried and all(p.status is not Status.SKIPPED for p in tried)

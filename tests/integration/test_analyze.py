@@ -13,7 +13,7 @@ PROBE_KEYS = {"id", "settings", "status", "error", "throughput", "step_time_s", 
 
 
 def analyze(path, tmp_path, protocol=FAST, **options):
-    return api.analyze(path, out=tmp_path / "out", device="cpu", protocol=protocol, **options)
+    return api.analyze(path, api.AnalyzeOptions(out=tmp_path / "out", device="cpu", protocol=protocol, **options))
 
 
 def test_cli_analyze_recommends_loader_workers_for_slow_storage(cli, tmp_path):

@@ -22,8 +22,8 @@ def test_a_calibration_that_would_stall_gets_a_share_of_the_budget_and_the_repor
     monkeypatch.setattr(flops, "ensure_peaks", slow_calibration)
     # WHEN an analysis runs with a 20 s budget
     started = time.monotonic()
-    result = api.analyze(WORKLOADS / "tiny_mlp.py", out=tmp_path / "out", device="cpu", protocol=FAST,
-                         budget="20s", only_knobs=["batch_size"])
+    result = api.analyze(WORKLOADS / "tiny_mlp.py", api.AnalyzeOptions(
+        out=tmp_path / "out", device="cpu", protocol=FAST, budget="20s", only_knobs=["batch_size"]))
     took = time.monotonic() - started
     # THEN the calibration got a tenth of the budget, and the whole run ended within the budget plus a few seconds
     assert given == [2.0]
@@ -37,7 +37,8 @@ def test_a_calibration_that_would_stall_gets_a_share_of_the_budget_and_the_repor
 def test_a_budget_shorter_than_the_work_still_ends_with_a_complete_report(tmp_path):
     # GIVEN a budget too short for more than the first probe or two
     started = time.monotonic()
-    result = api.analyze(WORKLOADS / "tiny_mlp.py", out=tmp_path / "out", device="cpu", protocol=FAST, budget="6s")
+    result = api.analyze(WORKLOADS / "tiny_mlp.py", api.AnalyzeOptions(out=tmp_path / "out", device="cpu",
+                                                                       protocol=FAST, budget="6s"))
     took = time.monotonic() - started
     # THEN it ends within the budget plus a few seconds with a report; what the budget cut is "stopped", not failed
     assert took < 6 + 6, took
@@ -49,8 +50,8 @@ def test_a_budget_shorter_than_the_work_still_ends_with_a_complete_report(tmp_pa
 
 def test_an_operator_without_a_kernel_for_a_knob_is_unsupported_not_a_failure(tmp_path):
     # WHEN the channels_last probe of a CNN hits a convolution with no kernel for that layout
-    result = api.analyze(WORKLOADS / "no_channels_last_kernel.py", out=tmp_path / "out", device="cpu",
-                         protocol=FAST, budget="60s", only_knobs=["channels_last"])
+    result = api.analyze(WORKLOADS / "no_channels_last_kernel.py", api.AnalyzeOptions(
+        out=tmp_path / "out", device="cpu", protocol=FAST, budget="60s", only_knobs=["channels_last"]))
     saved = results.read(result.results_path)
     # THEN that probe is unsupported, naming the operator, the layer and the knob; TA803 explains it
     missing = [p for p in saved["probes"] if p["settings"]["channels_last"]]

@@ -101,8 +101,9 @@ def local_ray():
 def test_a_grid_fans_out_over_ray_into_the_same_results_json(local_ray, tmp_path):
     # GIVEN a grid of 4 applicable combinations and a local Ray instance with 2 CPUs
     started = time.monotonic()
-    result = api.analyze(WORKLOADS / "tiny_search.py", out=tmp_path / "out", device="cpu", strategy="grid",
-                         protocol=FAST, budget=None, profile=False, executor="ray")
+    result = api.analyze(WORKLOADS / "tiny_search.py", api.AnalyzeOptions(
+        out=tmp_path / "out", device="cpu", strategy="grid", protocol=FAST, budget=None, profile=False,
+        executor="ray"))
     saved = results.read(tmp_path / "out" / "results.json")
     ran = [p for p in saved["probes"] if p["status"] != "skipped"]
     # THEN the 4 combinations ran as Ray tasks and came back as ordinary PROBE objects

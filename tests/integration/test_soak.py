@@ -39,8 +39,8 @@ def test_analyze_on_every_fixture_leaves_no_process_temp_file_or_open_descriptor
         options = ({"budget": "1s"} if path.parent == FIXTURES else
                    {"budget": "20s", "strategy": "grid", "probe_timeout": "4s"})
         try:
-            result = api.analyze(path, out=tmp_path / "out" / path.stem, device="cpu", protocol=FAST,
-                                 profile=False, **options)
+            result = api.analyze(path, api.AnalyzeOptions(out=tmp_path / "out" / path.stem, device="cpu",
+                                                          protocol=FAST, profile=False, **options))
             outcomes[path.name] = sorted({p.status.value for p in result.probes})
         except TuneAdvisorError as exc:  # the CLI's exit 2: an unusable workload, explained
             outcomes[path.name] = type(exc).__name__

@@ -13,11 +13,11 @@ import pytest
 from tune_advisor import knobs
 from tune_advisor.distributed import launch, merge
 from tune_advisor.errors import UsageError
-from tune_advisor.executors import create
+from tune_advisor.executors import connect
 from tune_advisor.planner import PlanContext, Session, plan
 from tune_advisor.rules import evaluate
 
-from ..fakes import FakeClock, FakeRunner
+from ..fakes import FakeBackend, FakeClock
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
@@ -98,15 +98,15 @@ def test_ddp_knobs_apply_only_to_distributed_probes():
     assert knobs.not_applicable("ddp_backend", "nccl", mlp, knobs.DeviceFacts("cuda", world_size=8)) is None
 
 
-def test_executor_options_are_checked(monkeypatch):
-    assert create("local", None, "cpu") is None
+def test_executor_options_are_checked(monkeypatch, tmp_path):
+    assert connect("local", None, "cpu", tmp_path) is None
     with pytest.raises(UsageError, match="--executor dask: expected one of local, ray"):
-        create("dask", None, "cpu")
+        connect("dask", None, "cpu", tmp_path)
     with pytest.raises(UsageError, match="--ray-address needs --executor ray"):
-        create("local", "auto", "cpu")
+        connect("local", "auto", "cpu", tmp_path)
     monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed
     with pytest.raises(UsageError, match=r"pip install 'tune-advisor\[ray\]'"):
-        create("ray", None, "cpu")
+        connect("ray", None, "cpu", tmp_path)
 
 
 def test_cli_without_ray_installed_exits_2_naming_the_extra(cli, tmp_path, monkeypatch):
@@ -165,29 +165,16 @@ def test_rank_imbalance_names_the_straggler_and_its_cause():
 # --- fanning out ----------------------------------------------------------------------------------------------
 
 
-class FanOutRunner(FakeRunner):
-    """A runner that, like the Ray executor, takes many jobs at once and returns them in another order."""
-
-    width = 4
-
-    def __init__(self, rate):
-        super().__init__(rate)
-        self.batches: list[int] = []
-
-    def many(self, jobs):
-        self.batches.append(len(jobs))
-        yield from reversed([self(*job) for job in jobs])
-
-
 def test_a_grid_goes_out_at_once_through_an_executor_that_runs_probes_side_by_side():
-    runner = FanOutRunner(lambda s: 1000.0 * s["batch_size"] / 16)
-    session = Session(runner, None, clock=FakeClock())
+    # GIVEN a backend that, like Ray's, runs 4 probes side by side and hands them back in another order
+    backend = FakeBackend(lambda s: 1000.0 * s["batch_size"] / 16, width=4)
+    session = Session(backend, None, clock=FakeClock())
     ctx = PlanContext(baseline=knobs.full_settings({"batch_size": 16}),
                       search={"batch_size": [16, 32, 64], "num_workers": [0, 1]},
                       workload=knobs.WorkloadFacts(dataset_len=10_000), device=knobs.DeviceFacts("cpu"))
     outcome = plan(ctx, session, "grid")
     # THEN the 5 combinations besides the baseline went out as one batch, each recorded once, ids unique
-    assert runner.batches == [5]
+    assert backend.batches == [5]
     grid = [p for p in outcome.probes if p.role == "grid"]
     assert len(grid) == 5 and len({p.id for p in outcome.probes}) == len(outcome.probes)
     assert outcome.recommended.settings["batch_size"] == 64

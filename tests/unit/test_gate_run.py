@@ -40,7 +40,7 @@ def fake(monkeypatch):
                           item_name="samples", optional=[])
     monkeypatch.setattr(environment, "resolve_device", lambda device: "cpu")
     monkeypatch.setattr(environment, "collect", lambda device: dict(ENV))
-    monkeypatch.setattr(api, "inspect", lambda *a, **k: info)
+    monkeypatch.setattr(api, "inspect_workload", lambda *a, **k: info)
     monkeypatch.setattr(run_mod, "check_applicable", lambda *a: None)
 
     def measure(sides, rounds, **kwargs):

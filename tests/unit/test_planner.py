@@ -1,4 +1,4 @@
-"""The planners against a fake runner: a table of configurations -> synthetic step times, in milliseconds."""
+"""The planners against a fake backend: a table of configurations -> synthetic step times, in milliseconds."""
 
 import math
 
@@ -10,7 +10,7 @@ from tune_advisor.planner import PlanContext, Session, plan
 from tune_advisor.planner.grid import combinations
 from tune_advisor.probe.result import ProbeResult, Status
 
-from ..fakes import FakeClock, FakeRunner
+from ..fakes import FakeBackend, FakeClock, fake_spec
 
 CPU = DeviceFacts("cpu", bf16_supported=True)
 CPU_NO_BF16 = DeviceFacts("cpu", bf16_supported=False)
@@ -22,30 +22,18 @@ BLOCKS = WorkloadFacts(repeated_blocks="layers: 4 x Block", dataset_len=10_000)
 
 def run_plan(rate, workload=CNN, search=None, baseline=None, budget_s=None, memory=None, device=CPU,
              strategy="adaptive", jitter=0.02, moment=None, lockstep=False, explore=None, pair_memory=None):
-    runner, clock = FakeRunner(rate, jitter=jitter, moment=moment), FakeClock()
-
-    def timed(probe_id, settings, role):
-        result = runner(probe_id, settings, role)
-        clock.now += result.wall_s
-        return result
-
-    if lockstep:  # the runner measures pairs together, as api.analyze's does (probe/lockstep.py)
-        def pair(jobs, first):
-            results = runner.pair(jobs, first)
-            clock.now += sum(r.wall_s for r in results)
-            return results
-
-        timed.pair = pair
-        timed.pair_memory_bytes = pair_memory
-
-    session = Session(timed, budget_s, clock=clock)
+    # `lockstep`: the backend measures pairs together, as analyze's local one does (probe/lockstep.py)
+    clock = FakeClock()
+    backend = FakeBackend(rate, jitter=jitter, moment=moment, clock=clock, can_pair=lockstep,
+                          pair_memory_bytes=pair_memory)
+    session = Session(backend, budget_s, clock=clock)
     ctx = PlanContext(baseline=knobs.full_settings(baseline or {"batch_size": 16}), search=search or {},
                       workload=workload, device=device, memory_budget_bytes=memory, explore=explore)
-    return plan(ctx, session, strategy), runner
+    return plan(ctx, session, strategy), backend
 
 
-def tried(runner, name):
-    return sorted({c[name] for c in runner.calls})
+def tried(backend, name):
+    return sorted({c[name] for c in backend.calls})
 
 
 def cnn_rate(s):
@@ -59,7 +47,7 @@ def cnn_rate(s):
 
 def test_combines_every_real_gain_and_confirms_it():
     # GIVEN a CNN where bf16, channels_last and a batch of 64 each pay
-    outcome, runner = run_plan(cnn_rate)
+    outcome, backend = run_plan(cnn_rate)
     # THEN all three are recommended, nothing else
     rec = outcome.recommended.settings
     assert rec["amp"] == "bf16" and rec["channels_last"] is True and rec["batch_size"] == 64
@@ -70,27 +58,27 @@ def test_combines_every_real_gain_and_confirms_it():
         "confirm:baseline", "confirm:recommended", "confirm:recommended", "confirm:baseline",
         "confirm:baseline", "confirm:recommended", "confirm:alone:recommended", "confirm:alone:baseline"]
     # AND the knobs that could not pay were not probed, with the reason recorded
-    assert tried(runner, "num_workers") == [0] and tried(runner, "checkpointing") == [False]
+    assert tried(backend, "num_workers") == [0] and tried(backend, "checkpointing") == [False]
     assert any(d.startswith("num_workers: skipped: the step waits for data only") for d in outcome.decisions)
     assert any(d.startswith("checkpointing: skipped: throughput stopped growing below the memory limit")
                for d in outcome.decisions)
 
 
 def test_not_applicable_knobs_are_skipped_with_their_reason_not_run():
-    outcome, runner = run_plan(cnn_rate)
+    outcome, backend = run_plan(cnn_rate)
     skipped = {knobs.describe(p.settings, outcome.baseline.settings): p.error
                for p in outcome.probes if p.status is Status.SKIPPED}
     assert "no CUDA device" in skipped["pin_memory=true"]
     assert "no CUDA device" in skipped["cudnn_benchmark=true"]
     assert "fp16" in skipped["amp=fp16"]
-    assert not any(c["pin_memory"] or c["amp"] == "fp16" for c in runner.calls)
+    assert not any(c["pin_memory"] or c["amp"] == "fp16" for c in backend.calls)
 
 
 def test_batch_ladder_stops_on_a_plateau():
     # GIVEN throughput that doubles from 16 to 32 and is flat after
-    outcome, runner = run_plan(lambda s: 1000.0 * min(s["batch_size"], 32) / 16, workload=MLP)
+    outcome, backend = run_plan(lambda s: 1000.0 * min(s["batch_size"], 32) / 16, workload=MLP)
     # THEN the ladder stops at the second step in a row without a gain
-    assert tried(runner, "batch_size") == [16, 32, 64, 128]
+    assert tried(backend, "batch_size") == [16, 32, 64, 128]
     assert outcome.recommended.settings["batch_size"] == 32
     assert any("batch_size=256: past the throughput plateau" in u for u in outcome.unexplored)
 
@@ -98,18 +86,18 @@ def test_batch_ladder_stops_on_a_plateau():
 def test_a_downward_ladder_says_where_fewer_stopped_gaining():
     # GIVEN 8 loader workers, 16 clearly slower, and 1 to 8 all alike
     rates = {0: 300.0, 1: 1000.0, 2: 1000.0, 4: 1000.0, 8: 1000.0, 16: 700.0}
-    outcome, runner = run_plan(lambda s: {"rate": rates[s["num_workers"]], "wait": 0.1}, workload=MLP,
-                               baseline={"batch_size": 16, "num_workers": 8}, device=CPU_AMP_ONLY,
-                               search={"batch_size": [16], "num_workers": [0, 1, 2, 4, 8, 16], "amp": ["off"]})
+    outcome, backend = run_plan(lambda s: {"rate": rates[s["num_workers"]], "wait": 0.1}, workload=MLP,
+                                baseline={"batch_size": 16, "num_workers": 8}, device=CPU_AMP_ONLY,
+                                search={"batch_size": [16], "num_workers": [0, 1, 2, 4, 8, 16], "amp": ["off"]})
     # THEN the walk down stopped after two flat steps, and what it left is listed as such, not as a plateau
-    assert tried(runner, "num_workers") == [2, 4, 8, 16]
+    assert tried(backend, "num_workers") == [2, 4, 8, 16]
     assert "num_workers=1: past where fewer stopped gaining" in outcome.unexplored
     assert not any("num_workers" in u and "plateau" in u for u in outcome.unexplored)
 
 
 def test_what_was_left_unexplored_is_listed_once():
     # GIVEN a loader ladder that stops at the same plateau twice (re-opened after a batch change)
-    session = Session(FakeRunner(lambda s: 1000.0), clock=FakeClock())
+    session = Session(FakeBackend(lambda s: 1000.0), clock=FakeClock())
     six, eight = "num_workers=6: past the throughput plateau", "num_workers=8: past the throughput plateau"
     session.unexplored.extend([six, eight])
     session.unexplored.extend([six, "amp=bf16: over budget"])
@@ -120,10 +108,10 @@ def test_what_was_left_unexplored_is_listed_once():
 
 def test_batch_ladder_stops_at_once_on_a_loss():
     # GIVEN throughput that doubles from 16 to 32 and falls 15% at 64 (a batch that overflows a cache)
-    outcome, runner = run_plan(lambda s: 1000.0 * (2 if s["batch_size"] == 32 else 1.7 if s["batch_size"] > 32
-                                                   else 1), workload=MLP)
+    outcome, backend = run_plan(lambda s: 1000.0 * (2 if s["batch_size"] == 32 else 1.7 if s["batch_size"] > 32
+                                                    else 1), workload=MLP)
     # THEN the ladder stops at 64
-    assert tried(runner, "batch_size") == [16, 32, 64]
+    assert tried(backend, "batch_size") == [16, 32, 64]
     assert outcome.recommended.settings["batch_size"] == 32
 
 
@@ -131,11 +119,11 @@ def test_batch_ladder_looks_past_one_flat_step():
     # GIVEN throughput flat from 32 to 64, then climbing again (lstm_collate: 64 sequences no faster than 32, but
     # 128 and 256 were)
     gains = {16: 1.0, 32: 1.5, 64: 1.5, 128: 1.8, 256: 2.0, 512: 2.0, 1024: 2.0}
-    outcome, runner = run_plan(lambda s: 1000.0 * gains[s["batch_size"]], workload=MLP, device=CPU_NO_BF16,
-                               search={"amp": ["off"]})
+    outcome, backend = run_plan(lambda s: 1000.0 * gains[s["batch_size"]], workload=MLP, device=CPU_NO_BF16,
+                                search={"amp": ["off"]})
     # THEN the ladder goes on past 64 and keeps 256
     assert outcome.recommended.settings["batch_size"] == 256
-    assert tried(runner, "batch_size") == [16, 32, 64, 128, 256, 512, 1024]
+    assert tried(backend, "batch_size") == [16, 32, 64, 128, 256, 512, 1024]
 
 
 def test_oom_frontier_is_bisected_and_recorded():
@@ -143,9 +131,9 @@ def test_oom_frontier_is_bisected_and_recorded():
     def rate(s):
         return Status.OOM if s["batch_size"] >= 200 else 10.0 * s["batch_size"]
 
-    outcome, runner = run_plan(rate, workload=MLP, device=CPU_NO_BF16, search={"amp": ["off"]})
+    outcome, backend = run_plan(rate, workload=MLP, device=CPU_NO_BF16, search={"amp": ["off"]})
     # THEN doubling stops at the first OOM and bisection narrows 128..256 to within an eighth
-    assert tried(runner, "batch_size") == [16, 32, 64, 128, 192, 208, 224, 256]
+    assert tried(backend, "batch_size") == [16, 32, 64, 128, 192, 208, 224, 256]
     assert outcome.frontier["largest_ok"] == 192 and outcome.frontier["smallest_failed"] == 208
     assert outcome.frontier["cause"].startswith("oom")
     assert outcome.recommended.settings["batch_size"] == 192
@@ -156,8 +144,8 @@ def test_a_listed_batch_search_is_walked_not_bisected():
     def rate(s):
         return Status.OOM if s["batch_size"] >= 200 else 10.0 * s["batch_size"]
 
-    outcome, runner = run_plan(rate, workload=MLP, search={"batch_size": [16, 64, 256], "amp": ["off"]})
-    assert tried(runner, "batch_size") == [16, 64, 256]
+    outcome, backend = run_plan(rate, workload=MLP, search={"batch_size": [16, 64, 256], "amp": ["off"]})
+    assert tried(backend, "batch_size") == [16, 64, 256]
     assert outcome.recommended.settings["batch_size"] == 64
 
 
@@ -172,15 +160,15 @@ def test_amp_that_frees_memory_reopens_the_batch_ladder():
             return Status.OOM
         return {"rate": 10.0 * s["batch_size"] * (1.05 if s["amp"] == "bf16" else 1), "memory": memory, "wait": 0.6}
 
-    outcome, runner = run_plan(rate, workload=MLP, device=CPU, baseline={"batch_size": 16, "num_workers": 2},
-                               search={"num_workers": [2]})
+    outcome, backend = run_plan(rate, workload=MLP, device=CPU, baseline={"batch_size": 16, "num_workers": 2},
+                                search={"num_workers": [2]})
     # THEN after bf16 is kept, the ladder climbs past the old frontier (96 fits in fp32, 104 does not)
     assert outcome.frontier["largest_ok"] > 128
     rec = outcome.recommended.settings
     assert rec["amp"] == "bf16" and rec["batch_size"] == outcome.frontier["largest_ok"]
-    first_bf16 = next(i for i, c in enumerate(runner.calls) if c["amp"] == "bf16")
-    assert runner.calls[first_bf16]["batch_size"] == 96
-    assert any(c["amp"] == "bf16" and c["batch_size"] > 128 for c in runner.calls[first_bf16:])
+    first_bf16 = next(i for i, c in enumerate(backend.calls) if c["amp"] == "bf16")
+    assert backend.calls[first_bf16]["batch_size"] == 96
+    assert any(c["amp"] == "bf16" and c["batch_size"] > 128 for c in backend.calls[first_bf16:])
 
 
 def test_a_larger_batch_reopens_the_loader_ladder():
@@ -192,10 +180,10 @@ def test_a_larger_batch_reopens_the_loader_ladder():
         loader_rate, compute_rate = 1000.0 * (1 + workers), 10.0 * bs
         return {"rate": min(loader_rate, compute_rate), "wait": max(0.0, 1 - loader_rate / compute_rate)}
 
-    outcome, runner = run_plan(rate, workload=MLP, device=CPU_NO_BF16, search={"amp": ["off"]})
+    outcome, backend = run_plan(rate, workload=MLP, device=CPU_NO_BF16, search={"amp": ["off"]})
     # THEN workers were skipped at first (no data wait) and tried once the batch made the loader the bottleneck
-    first_worker_probe = next(i for i, c in enumerate(runner.calls) if c["num_workers"] > 0)
-    assert runner.calls[first_worker_probe]["batch_size"] >= 128
+    first_worker_probe = next(i for i, c in enumerate(backend.calls) if c["num_workers"] > 0)
+    assert backend.calls[first_worker_probe]["batch_size"] >= 128
     rec = outcome.recommended.settings
     assert rec["batch_size"] >= 128 and rec["num_workers"] >= 2
 
@@ -205,9 +193,9 @@ def test_channels_last_that_pays_only_under_amp_is_judged_with_amp():
         bf16 = s["amp"] == "bf16"
         return 1000.0 * (1.6 if bf16 else 1) * (1.3 if bf16 and s["channels_last"] else 1)
 
-    outcome, runner = run_plan(rate, search={"batch_size": [16]})
+    outcome, backend = run_plan(rate, search={"batch_size": [16]})
     assert outcome.recommended.settings["channels_last"] is True and outcome.recommended.settings["amp"] == "bf16"
-    assert {"amp": "bf16", "channels_last": True}.items() <= runner.calls[2].items()
+    assert {"amp": "bf16", "channels_last": True}.items() <= backend.calls[2].items()
 
 
 def test_checkpointing_is_tried_where_memory_stopped_a_climbing_batch():
@@ -218,7 +206,7 @@ def test_checkpointing_is_tried_where_memory_stopped_a_climbing_batch():
             return Status.OOM
         return {"rate": 10.0 * s["batch_size"] * (0.7 if s["checkpointing"] else 1), "memory": memory}
 
-    outcome, runner = run_plan(rate, workload=BLOCKS, device=CPU_NO_BF16, search={"amp": ["off"]})
+    outcome, backend = run_plan(rate, workload=BLOCKS, device=CPU_NO_BF16, search={"amp": ["off"]})
     # THEN checkpointing is tried at the batch that did not fit, and kept because 128 x 0.7 beats 64
     rec = outcome.recommended.settings
     assert rec["checkpointing"] is True and rec["batch_size"] >= 128
@@ -230,9 +218,9 @@ def test_worker_ladder_finds_the_knee_of_an_io_bound_loader():
         rate = 100.0 * min(1 + s["num_workers"], 6)  # gains until 5 workers, flat after
         return {"rate": rate, "wait": 1 - rate / 650}
 
-    outcome, runner = run_plan(io_rate, workload=MLP, baseline={"batch_size": 4096})
+    outcome, backend = run_plan(io_rate, workload=MLP, baseline={"batch_size": 4096})
     assert outcome.recommended.settings["num_workers"] == 8  # the first ladder value at the plateau
-    assert tried(runner, "num_workers") == [0, 1, 2, 4, 8, 16, 32]  # two flat steps end it
+    assert tried(backend, "num_workers") == [0, 1, 2, 4, 8, 16, 32]  # two flat steps end it
     assert outcome.speedup["median"] > 5
 
 
@@ -243,9 +231,9 @@ def test_a_data_bound_step_skips_compute_knobs_until_the_loader_keeps_up():
         step = max(compute_s, load_s) if s["num_workers"] else compute_s + load_s
         return {"rate": 1000.0 / step, "wait": (step - compute_s) / step}
 
-    outcome, runner = run_plan(rate, workload=MLP, search={"batch_size": [16], "num_workers": [0, 8, 32]})
+    outcome, backend = run_plan(rate, workload=MLP, search={"batch_size": [16], "num_workers": [0, 8, 32]})
     # THEN bf16 is not tried while the step waits for data, and is tried (and kept) once 32 workers keep up
-    first_bf16 = next(c for c in runner.calls if c["amp"] == "bf16")
+    first_bf16 = next(c for c in backend.calls if c["amp"] == "bf16")
     assert first_bf16["num_workers"] == 32
     assert outcome.recommended.settings["amp"] == "bf16"
 
@@ -259,25 +247,25 @@ def test_a_one_percent_gain_is_noise_and_not_recommended():
 
 
 def test_a_failing_baseline_ends_the_plan_with_a_note():
-    outcome, runner = run_plan(lambda s: Status.DIVERGED)
-    assert len(runner.calls) == 1 and outcome.recommended is outcome.baseline
+    outcome, backend = run_plan(lambda s: Status.DIVERGED)
+    assert len(backend.calls) == 1 and outcome.recommended is outcome.baseline
     assert "baseline probe failed (diverged)" in outcome.notes[0]
 
 
 def test_budget_stops_probing_keeps_the_confirmation_and_lists_what_was_left():
     # GIVEN 5 s probes and a 40 s budget
-    outcome, runner = run_plan(cnn_rate, budget_s=40)
+    outcome, backend = run_plan(cnn_rate, budget_s=40)
     # THEN the plan, confirmation included, ends within the budget and says what it did not explore
-    assert len(runner.calls) * 5.0 <= 40
+    assert len(backend.calls) * 5.0 <= 40
     assert outcome.speedup is not None
     assert any("over budget" in u for u in outcome.unexplored)
 
 
 def test_memory_budget_stops_the_batch_ladder():
     # GIVEN a 40 MiB budget (the fake peak is batch_size MiB)
-    outcome, runner = run_plan(cnn_rate, memory=40 * 2**20)
+    outcome, backend = run_plan(cnn_rate, memory=40 * 2**20)
     # THEN 64 is predicted over budget from the 16 and 32 probes, and bisection finds 40 still fits
-    plain = [c["batch_size"] for c in runner.calls if not c["checkpointing"]]
+    plain = [c["batch_size"] for c in backend.calls if not c["checkpointing"]]
     assert 64 not in plain and max(plain) == 40
     assert outcome.recommended.settings["batch_size"] == 40
     assert any("memory budget" in n for n in outcome.notes)
@@ -288,15 +276,15 @@ def test_a_batch_predicted_over_the_memory_budget_is_not_run():
     def rate(s):
         return {"rate": 10.0 * s["batch_size"], "memory": (100 + s["batch_size"]) * 2**20}
 
-    outcome, runner = run_plan(rate, workload=MLP, device=CPU_NO_BF16, search={"amp": ["off"]},
-                               memory=300 * 2**20)
-    assert 256 not in tried(runner, "batch_size")  # predicted 356 MiB from the 64 and 128 probes
+    outcome, backend = run_plan(rate, workload=MLP, device=CPU_NO_BF16, search={"amp": ["off"]},
+                                memory=300 * 2**20)
+    assert 256 not in tried(backend, "batch_size")  # predicted 356 MiB from the 64 and 128 probes
     assert "predicted peak memory" in outcome.frontier["cause"]
 
 
 def test_grid_runs_the_full_factorial_and_confirms_its_best():
     search = {"batch_size": [16, 32, 64], "amp": ["off", "bf16"], "channels_last": [False, True]}
-    outcome, runner = run_plan(cnn_rate, search=search, strategy="grid")
+    outcome, backend = run_plan(cnn_rate, search=search, strategy="grid")
     ran = [p for p in outcome.probes if p.role == "grid"]
     assert len(ran) == 12 - 1  # the baseline is one of the 12 and is reused
     assert outcome.recommended.settings == {**outcome.baseline.settings, "batch_size": 64, "amp": "bf16",
@@ -305,8 +293,8 @@ def test_grid_runs_the_full_factorial_and_confirms_its_best():
 
 
 def test_grid_skips_combinations_that_do_not_apply():
-    outcome, runner = run_plan(cnn_rate, search={"amp": ["off", "fp16"], "batch_size": [16, 32]}, strategy="grid")
-    assert not any(c["amp"] == "fp16" for c in runner.calls)
+    outcome, backend = run_plan(cnn_rate, search={"amp": ["off", "fp16"], "batch_size": [16, 32]}, strategy="grid")
+    assert not any(c["amp"] == "fp16" for c in backend.calls)
     assert len([p for p in outcome.probes if p.status is Status.SKIPPED]) == 2
 
 
@@ -323,10 +311,10 @@ def test_one_loader_worker_gaining_nothing_does_not_end_the_worker_ladder():
         rate = 100.0 * max(1, min(s["num_workers"], 8))
         return {"rate": rate, "wait": 1 - rate / 850}
 
-    outcome, runner = run_plan(rate, workload=MLP, search={"batch_size": [16]})
+    outcome, backend = run_plan(rate, workload=MLP, search={"batch_size": [16]})
     # THEN the ladder goes on past 1 and finds the knee
     assert outcome.recommended.settings["num_workers"] == 8
-    assert tried(runner, "num_workers")[:4] == [0, 1, 2, 4]
+    assert tried(backend, "num_workers")[:4] == [0, 1, 2, 4]
 
 
 def test_a_loader_still_waiting_for_data_keeps_climbing_past_a_dip():
@@ -338,7 +326,7 @@ def test_a_loader_still_waiting_for_data_keeps_climbing_past_a_dip():
         r, wait = rates[s["num_workers"]]
         return {"rate": r, "wait": wait}
 
-    outcome, runner = run_plan(rate, workload=MLP, search={"batch_size": [16], "amp": ["off"]})
+    outcome, backend = run_plan(rate, workload=MLP, search={"batch_size": [16], "amp": ["off"]})
     # THEN the ladder does not stop at the dip while the best probe still waits for data
     assert outcome.recommended.settings["num_workers"] == 32
 
@@ -356,8 +344,8 @@ def test_a_loader_rung_screened_in_a_slow_moment_earns_a_duel_and_a_compute_knob
         return 0.7 if role in ("ladder:num_workers", "knob:amp") and (s["num_workers"] == 4 or s["amp"] == "bf16") \
             else 1.0
 
-    outcome, runner = run_plan(rate, workload=MLP, search={"batch_size": [16], "num_workers": [0, 1, 2, 4, 8]},
-                               device=CPU_AMP_ONLY, moment=moment, lockstep=True)
+    outcome, backend = run_plan(rate, workload=MLP, search={"batch_size": [16], "num_workers": [0, 1, 2, 4, 8]},
+                                device=CPU_AMP_ONLY, moment=moment, lockstep=True)
     # THEN the 4-worker rung, under DUEL_FROM but over LOADER_DUEL_FROM, was measured again and kept
     assert outcome.recommended.settings["num_workers"] >= 4
     dueled = {p.settings["num_workers"] for p in outcome.probes if p.role == "recheck"}
@@ -378,9 +366,9 @@ def test_a_loader_ladder_is_not_ended_by_screens_against_a_baseline_from_a_fast_
         r, wait = rates[s["num_workers"]]
         return {"rate": r, "wait": wait}
 
-    outcome, runner = run_plan(rate, workload=MLP, search={"batch_size": [16], "num_workers": [0, 1, 2, 4, 8]},
-                               device=CPU_AMP_ONLY, moment=lambda s, role: 1.5 if role == "baseline" else 1.0,
-                               lockstep=True)
+    outcome, backend = run_plan(rate, workload=MLP, search={"batch_size": [16], "num_workers": [0, 1, 2, 4, 8]},
+                                device=CPU_AMP_ONLY, moment=lambda s, role: 1.5 if role == "baseline" else 1.0,
+                                lockstep=True)
     # THEN two rungs dropped by screening alone do not end the ladder: 4 workers were reached and kept
     assert outcome.recommended.settings["num_workers"] == 4
     assert any(d.startswith("num_workers ladder: 1 (ok) -> 2 (ok) -> 4 (ok)") for d in outcome.decisions)
@@ -393,8 +381,8 @@ def test_a_value_reached_by_a_chain_of_wins_is_kept_only_if_it_beats_the_start(m
         return candidate.settings["num_workers"] == reference.settings["num_workers"] + 1
 
     monkeypatch.setattr(Session, "beats", beats)
-    outcome, runner = run_plan(lambda s: {"rate": 1000.0, "wait": 0.9}, workload=MLP, device=CPU_AMP_ONLY,
-                               search={"batch_size": [16], "num_workers": [0, 1, 2, 3], "amp": ["off"]})
+    outcome, backend = run_plan(lambda s: {"rate": 1000.0, "wait": 0.9}, workload=MLP, device=CPU_AMP_ONLY,
+                                search={"batch_size": [16], "num_workers": [0, 1, 2, 3], "amp": ["off"]})
     # THEN the ladder walked to 3 workers, but 3 was not kept over the start, and the notes say why
     assert any(d.startswith("num_workers ladder: 1 (ok) -> 2 (ok) -> 3 (ok)") for d in outcome.decisions)
     assert any(d.startswith("num_workers: num_workers=3 beat the values before it, but not the start")
@@ -406,10 +394,10 @@ def test_a_first_rung_that_would_run_in_a_slow_moment_alone_is_measured_beside_i
     # GIVEN batch 32 truly 15% faster than 16 (and 64 no faster than 32), but a probe of it on its own runs in a
     # slow moment of the machine (0.75x: it would measure 0.86x of 16, ending the ladder)
     gains = {16: 1.0, 32: 1.15, 64: 1.15, 128: 1.15}
-    outcome, runner = run_plan(lambda s: 1000.0 * gains[s["batch_size"]], workload=MLP, lockstep=True,
-                               search={"batch_size": [16, 32, 64, 128]}, device=CPU_AMP_ONLY, explore=("batch_size",),
-                               moment=lambda s, role: 0.75 if role == "ladder:batch_size" and s["batch_size"] == 32
-                               else 1.0)
+    outcome, backend = run_plan(lambda s: 1000.0 * gains[s["batch_size"]], workload=MLP, lockstep=True,
+                                search={"batch_size": [16, 32, 64, 128]}, device=CPU_AMP_ONLY, explore=("batch_size",),
+                                moment=lambda s, role: 0.75 if role == "ladder:batch_size" and s["batch_size"] == 32
+                                else 1.0)
     # THEN the first rung was measured in lockstep beside 16, and kept
     assert outcome.recommended.settings["batch_size"] == 32
     first = next(p for p in outcome.probes if p.settings["batch_size"] == 32)
@@ -421,11 +409,11 @@ def test_a_chain_of_lockstep_wins_is_kept_without_a_duel_of_its_ends():
     # GIVEN each doubling of the batch 10% faster up to 64, then flat; each rung is measured in lockstep beside
     # the best before it
     gains = {16: 1.0, 32: 1.1, 64: 1.21, 128: 1.21, 256: 1.21}
-    outcome, runner = run_plan(lambda s: 1000.0 * gains[s["batch_size"]], workload=MLP, lockstep=True,
-                               search={"batch_size": [16, 32, 64, 128, 256]}, device=CPU_AMP_ONLY,
-                               explore=("batch_size",))
+    outcome, backend = run_plan(lambda s: 1000.0 * gains[s["batch_size"]], workload=MLP, lockstep=True,
+                                search={"batch_size": [16, 32, 64, 128, 256]}, device=CPU_AMP_ONLY,
+                                explore=("batch_size",))
     # THEN 64 is kept on the chain 16 -> 32 -> 64 of lockstep wins, with no duel of 16 against 64
-    duels = {tuple(p.settings["batch_size"] for p in outcome.probes if p.id in pair) for pair in runner.pairs
+    duels = {tuple(p.settings["batch_size"] for p in outcome.probes if p.id in pair) for pair in backend.pairs
              if not any(p.role.startswith("confirm") for p in outcome.probes if p.id in pair)}
     assert outcome.recommended.settings["batch_size"] == 64
     assert (16, 32) in duels and (32, 64) in duels and (16, 64) not in duels
@@ -435,15 +423,15 @@ def test_a_chain_of_lockstep_wins_is_kept_without_a_duel_of_its_ends():
 
 def test_a_gain_made_by_a_fast_moment_of_the_machine_is_rejected_by_a_lockstep_duel():
     # GIVEN bf16 no faster at all, but its probe on its own ran in a fast moment of the machine (1.3x), and a
-    # runner that cannot pair its probe with the baseline's from the start (too little memory for two)
-    outcome, runner = run_plan(lambda s: {"rate": 1000.0, "memory": 2**20 if s["amp"] == "bf16" else 8 * 2**20},
-                               workload=MLP, search={"batch_size": [16]}, device=CPU_AMP_ONLY, lockstep=True,
-                               moment=lambda s, role: 1.3 if s["amp"] == "bf16" else 1.0, pair_memory=12 * 2**20)
+    # backend that cannot pair its probe with the baseline's from the start (too little memory for two)
+    outcome, backend = run_plan(lambda s: {"rate": 1000.0, "memory": 2**20 if s["amp"] == "bf16" else 8 * 2**20},
+                                workload=MLP, search={"batch_size": [16]}, device=CPU_AMP_ONLY, lockstep=True,
+                                moment=lambda s, role: 1.3 if s["amp"] == "bf16" else 1.0, pair_memory=12 * 2**20)
     # THEN the separate probes' 1.3x was measured again with both in lockstep (bf16 needs less memory), and the
     # duel rejected it
     duel = [p for p in outcome.probes if p.role == "recheck"][:2]
     assert outcome.probes[1].role == "knob:amp" and "lockstep" not in outcome.probes[1].extra
-    assert [p.settings["amp"] for p in duel] == ["off", "bf16"] and (duel[0].id, duel[1].id) in runner.pairs
+    assert [p.settings["amp"] for p in duel] == ["off", "bf16"] and (duel[0].id, duel[1].id) in backend.pairs
     assert all("lockstep" in p.extra for p in duel)
     assert outcome.recommended.settings["amp"] == "off" and outcome.speedup is None
     assert any(d.startswith("amp: no value beat") for d in outcome.decisions)
@@ -452,24 +440,24 @@ def test_a_gain_made_by_a_fast_moment_of_the_machine_is_rejected_by_a_lockstep_d
 def test_a_real_gain_hidden_by_a_slow_moment_is_found_by_a_lockstep_pair():
     # GIVEN bf16 truly 12% faster, but a probe of it on its own runs in a slow moment (0.85x: it would measure
     # 0.95x)
-    outcome, runner = run_plan(lambda s: 1000.0 * (1.12 if s["amp"] == "bf16" else 1.0), workload=MLP,
-                               search={"batch_size": [16]}, device=CPU_AMP_ONLY, lockstep=True,
-                               moment=lambda s, role: 0.85 if s["amp"] == "bf16" and role == "knob:amp" else 1.0)
+    outcome, backend = run_plan(lambda s: 1000.0 * (1.12 if s["amp"] == "bf16" else 1.0), workload=MLP,
+                                search={"batch_size": [16]}, device=CPU_AMP_ONLY, lockstep=True,
+                                moment=lambda s, role: 0.85 if s["amp"] == "bf16" and role == "knob:amp" else 1.0)
     # THEN its one pair beside the baseline found the gain, its ablation (one pair) kept it, and the confirmation
     # (three more pairs) measured it
     assert outcome.recommended.settings["amp"] == "bf16"
     assert any(d.startswith("amp: kept amp=bf16 (1.1") and "in lockstep" in d for d in outcome.decisions)
     assert [a["knob"] for a in outcome.ablation if a["kept"]] == ["amp"]
     assert 1.09 < outcome.speedup["median"] < 1.15 and outcome.speedup["ci_low"] > 1.03
-    assert "lockstep" in outcome.speedup["method"] and len(runner.pairs) == 5
+    assert "lockstep" in outcome.speedup["method"] and len(backend.pairs) == 5
 
 
 def test_clear_cases_are_decided_without_a_duel():
-    # GIVEN bf16 2x faster and channels_last 40% slower, screened on their own (a runner that cannot pair them
+    # GIVEN bf16 2x faster and channels_last 40% slower, screened on their own (a backend that cannot pair them
     # with their reference: DDP, --executor ray) in an undisturbed machine
-    outcome, runner = run_plan(lambda s: 1000.0 * (2.0 if s["amp"] == "bf16" else 1.0) *
-                               (0.6 if s["channels_last"] else 1.0), search={"batch_size": [16]},
-                               device=CPU_AMP_ONLY)
+    outcome, backend = run_plan(lambda s: 1000.0 * (2.0 if s["amp"] == "bf16" else 1.0) *
+                                (0.6 if s["channels_last"] else 1.0), search={"batch_size": [16]},
+                                device=CPU_AMP_ONLY)
     # THEN no re-measurement was spent on them
     assert outcome.recommended.settings["amp"] == "bf16" and not outcome.recommended.settings["channels_last"]
     assert not [p for p in outcome.probes if p.role == "recheck"]
@@ -477,8 +465,8 @@ def test_clear_cases_are_decided_without_a_duel():
 
 def test_a_large_gain_whose_screen_is_noisy_is_kept_without_a_duel():
     # GIVEN bf16 1.6x faster, screened with steps jittering ±80%: the ratio's CI is wide, but clears 1.03
-    outcome, runner = run_plan(lambda s: 1000.0 * (1.6 if s["amp"] == "bf16" else 1.0), workload=MLP,
-                               search={"batch_size": [16]}, device=CPU_AMP_ONLY, jitter=0.8)
+    outcome, backend = run_plan(lambda s: 1000.0 * (1.6 if s["amp"] == "bf16" else 1.0), workload=MLP,
+                                search={"batch_size": [16]}, device=CPU_AMP_ONLY, jitter=0.8)
     kept = next(d for d in outcome.decisions if d.startswith("amp: kept amp=bf16"))
     low = float(kept.split("[")[1].split(",")[0])
     assert 1.03 <= low < 1.5  # not the old rule's clear case: its CI's low end is under CLEAR_GAIN
@@ -488,9 +476,9 @@ def test_a_large_gain_whose_screen_is_noisy_is_kept_without_a_duel():
 
 
 def test_without_lockstep_the_duel_runs_one_probe_after_the_other():
-    # GIVEN a runner that cannot measure two probes together (DDP, --executor ray) and an inconclusive 12% gain
-    outcome, runner = run_plan(lambda s: 1000.0 * (1.12 if s["amp"] == "bf16" else 1.0), workload=MLP,
-                               search={"batch_size": [16]}, jitter=0.5, device=CPU_AMP_ONLY)
+    # GIVEN a backend that cannot measure two probes together (DDP, --executor ray) and an inconclusive 12% gain
+    outcome, backend = run_plan(lambda s: 1000.0 * (1.12 if s["amp"] == "bf16" else 1.0), workload=MLP,
+                                search={"batch_size": [16]}, jitter=0.5, device=CPU_AMP_ONLY)
     # THEN both were measured once more in turn, and the confirmation ran A B, B A, A B, then each alone
     rechecks = [p for p in outcome.probes if p.role == "recheck"]
     assert [p.settings["amp"] for p in rechecks][:2] == ["off", "bf16"]
@@ -501,7 +489,7 @@ def test_without_lockstep_the_duel_runs_one_probe_after_the_other():
                        ("confirm:alone:recommended", "bf16"), ("confirm:alone:baseline", "off")]
     assert outcome.speedup["method"] == ("baseline and recommended measured one after the other, in alternating "
                                          "order, 3 rounds")
-    assert runner.pairs == []
+    assert backend.pairs == []
 
 
 def test_amp_that_does_not_pay_at_a_tiny_batch_is_tried_again_at_the_larger_one():
@@ -511,8 +499,8 @@ def test_amp_that_does_not_pay_at_a_tiny_batch_is_tried_again_at_the_larger_one(
         step = 0.04 + bs * 1e-4 / (1.6 if bf16 else 1.0)  # fixed overhead + compute per sample
         return bs / step
 
-    outcome, runner = run_plan(rate, workload=MLP, baseline={"batch_size": 4},
-                               search={"batch_size": [4, 64, 1024]})
+    outcome, backend = run_plan(rate, workload=MLP, baseline={"batch_size": 4},
+                                search={"batch_size": [4, 64, 1024]})
     # THEN bf16 is kept on top of the larger batch
     assert outcome.recommended.settings["batch_size"] == 1024 and outcome.recommended.settings["amp"] == "bf16"
 
@@ -528,9 +516,9 @@ def test_a_faster_amp_that_changes_the_loss_is_not_recommended_and_the_notes_say
         losses = [2.0] * 30 if s["amp"] == "bf16" else [2.0 - 0.03 * i for i in range(30)]
         return {"rate": 1000.0 * (1.6 if s["amp"] == "bf16" else 1.0), "loss": losses}
 
-    outcome, runner = run_plan(rate, workload=MLP, search={"batch_size": [16]})
+    outcome, backend = run_plan(rate, workload=MLP, search={"batch_size": [16]})
     # THEN bf16 was measured, but the float32 baseline stays recommended
-    assert "bf16" in tried(runner, "amp")
+    assert "bf16" in tried(backend, "amp")
     assert outcome.recommended.settings["amp"] == "off"
     # AND the notes name the knob, the size of the change and the tolerance
     note = next(n for n in outcome.notes if "changed the loss" in n)
@@ -559,16 +547,16 @@ def test_grid_never_picks_a_configuration_whose_loss_changed():
 
 
 def test_compile_is_tried_on_top_of_the_best_and_kept_when_it_pays():
-    outcome, runner = run_plan(lambda s: 1000.0 * (1.4 if s["compile"] == "default" else 1.0), workload=MLP,
-                               device=CPU_NO_BF16, search={"batch_size": [16]})
-    assert tried(runner, "compile") == ["default", "off"]
+    outcome, backend = run_plan(lambda s: 1000.0 * (1.4 if s["compile"] == "default" else 1.0), workload=MLP,
+                                device=CPU_NO_BF16, search={"batch_size": [16]})
+    assert tried(backend, "compile") == ["default", "off"]
     assert outcome.recommended.settings["compile"] == "default"
 
 
 def test_compile_is_not_applicable_without_a_compiler_and_says_why():
     no_compiler = DeviceFacts("cpu", compile_unavailable="torch.compile needs a C++ compiler on the CPU")
-    outcome, runner = run_plan(lambda s: 1000.0, workload=MLP, device=no_compiler, search={"batch_size": [16]})
-    assert tried(runner, "compile") == ["off"]
+    outcome, backend = run_plan(lambda s: 1000.0, workload=MLP, device=no_compiler, search={"batch_size": [16]})
+    assert tried(backend, "compile") == ["off"]
     skipped = [p for p in outcome.probes if p.status is Status.SKIPPED and p.settings["compile"] != "off"]
     assert skipped and "C++ compiler" in skipped[0].error
 
@@ -580,103 +568,100 @@ def test_loader_knobs_are_explored_only_with_workers():
             return {"rate": 200.0, "wait": 0.8}
         return {"rate": 1000.0 * (1.2 if s["prefetch_factor"] == 4 else 1.0), "wait": 0.3}
 
-    outcome, runner = run_plan(rate, workload=MLP, device=CPU_NO_BF16,
-                               search={"batch_size": [16], "num_workers": [0, 8]})
+    outcome, backend = run_plan(rate, workload=MLP, device=CPU_NO_BF16,
+                                search={"batch_size": [16], "num_workers": [0, 8]})
     # THEN prefetch_factor was never varied without workers (the DataLoader refuses it), and 4 was kept
-    assert all(c["prefetch_factor"] == 2 for c in runner.calls if c["num_workers"] == 0)
+    assert all(c["prefetch_factor"] == 2 for c in backend.calls if c["num_workers"] == 0)
     assert outcome.recommended.settings["num_workers"] == 8
     assert outcome.recommended.settings["prefetch_factor"] == 4
 
 
 def test_fused_optimizer_is_tried_where_the_optimizer_supports_it():
-    outcome, runner = run_plan(lambda s: 1000.0 * (1.15 if s["optimizer_impl"] == "fused" else 1.0),
-                               workload=FUSED_MLP, device=CPU_NO_BF16, search={"batch_size": [16]})
-    assert set(tried(runner, "optimizer_impl")) == {"default", "foreach", "fused"}
+    outcome, backend = run_plan(lambda s: 1000.0 * (1.15 if s["optimizer_impl"] == "fused" else 1.0),
+                                workload=FUSED_MLP, device=CPU_NO_BF16, search={"batch_size": [16]})
+    assert set(tried(backend, "optimizer_impl")) == {"default", "foreach", "fused"}
     assert outcome.recommended.settings["optimizer_impl"] == "fused"
     # AND a workload whose optimizer offers neither gets neither
-    _, runner = run_plan(lambda s: 1000.0, workload=MLP, device=CPU_NO_BF16, search={"batch_size": [16]})
-    assert tried(runner, "optimizer_impl") == ["default"]
+    _, backend = run_plan(lambda s: 1000.0, workload=MLP, device=CPU_NO_BF16, search={"batch_size": [16]})
+    assert tried(backend, "optimizer_impl") == ["default"]
 
 
 def test_a_duel_that_would_not_fit_in_memory_twice_runs_in_turn():
-    # GIVEN a runner measuring pairs together, but room for only one probe's memory at a time (16 MiB each)
-    runner, clock = FakeRunner(lambda s: 1000.0, moment=lambda s, role: 1.3 if s["amp"] == "bf16" else 1.0), \
-        FakeClock()
-    runner.pair_memory_bytes = 20 * 2**20
-    session = Session(runner, clock=clock)
+    # GIVEN a backend measuring pairs together, but room for only one probe's memory at a time (16 MiB each)
+    backend, clock = FakeBackend(lambda s: 1000.0, moment=lambda s, role: 1.3 if s["amp"] == "bf16" else 1.0,
+                                 pair_memory_bytes=20 * 2**20), FakeClock()
+    session = Session(backend, clock=clock)
     base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
     fast = session.run({**base.settings, "amp": "bf16"}, "knob:amp")
     # WHEN their 1.3x is checked
     session.beats(base, fast)
     # THEN both ran again one after the other, not together (so the fast moment was not cancelled out)
-    assert runner.pairs == [] and [p.role for p in session.probes] == ["baseline", "knob:amp", "recheck", "recheck"]
+    assert backend.pairs == [] and [p.role for p in session.probes] == ["baseline", "knob:amp", "recheck", "recheck"]
 
 
 def test_probes_with_different_loaders_are_never_paired_in_lockstep():
-    # GIVEN a runner measuring pairs together, and a 1.3x from more loader workers (paused loader workers would
+    # GIVEN a backend measuring pairs together, and a 1.3x from more loader workers (paused loader workers would
     # still see their I/O finish during the other side's turn, which favours the side with more of them)
-    runner, clock = FakeRunner(lambda s: 1000.0, moment=lambda s, role: 1.3 if s["num_workers"] else 1.0), \
+    backend, clock = FakeBackend(lambda s: 1000.0, moment=lambda s, role: 1.3 if s["num_workers"] else 1.0), \
         FakeClock()
-    session = Session(runner, clock=clock)
+    session = Session(backend, clock=clock)
     base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
     more = session.run({**base.settings, "num_workers": 2}, "ladder:num_workers")
     session.beats(base, more)
     # THEN the recheck ran both one after the other
-    assert runner.pairs == [] and [p.role for p in session.probes][2:] == ["recheck", "recheck"]
+    assert backend.pairs == [] and [p.role for p in session.probes][2:] == ["recheck", "recheck"]
     assert "lockstep" not in session.describe_gain(base, more)
 
 
 def test_a_new_setting_that_keeps_the_loader_is_measured_beside_the_best_in_one_pair():
-    # GIVEN a runner measuring pairs together, and a probe of bf16 on its own would run in a fast moment (1.3x)
-    runner, clock = FakeRunner(lambda s: 1000.0, moment=lambda s, role: 1.3 if s["amp"] == "bf16" else 1.0), \
+    # GIVEN a backend measuring pairs together, and a probe of bf16 on its own would run in a fast moment (1.3x)
+    backend, clock = FakeBackend(lambda s: 1000.0, moment=lambda s, role: 1.3 if s["amp"] == "bf16" else 1.0), \
         FakeClock()
-    session = Session(runner, clock=clock)
+    session = Session(backend, clock=clock)
     base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
     # WHEN bf16 is measured against the baseline
     fast = session.measure({**base.settings, "amp": "bf16"}, "knob:amp", base)
     # THEN it ran once, in lockstep beside a re-measurement of the baseline, and the moment cancelled
     assert [(p.role, p.settings["amp"]) for p in session.probes] == [("baseline", "off"), ("recheck", "off"),
                                                                      ("knob:amp", "bf16")]
-    assert runner.pairs == [("p002", "p003")] and "lockstep" in fast.extra
+    assert backend.pairs == [("p002", "p003")] and "lockstep" in fast.extra
     assert not session.beats(base, fast) and "in lockstep, p002/p003" in session.describe_gain(base, fast)
     # AND measuring the same settings again hands back that probe
     assert session.measure(dict(fast.settings), "knob:amp", base) is fast and len(session.probes) == 3
 
 
 def test_a_new_setting_is_screened_alone_when_a_pair_would_not_fit_or_changes_the_loader():
-    # GIVEN a runner measuring pairs together in 40 MiB, and a baseline of batch 16 peaking at 16 MiB
-    runner, clock = FakeRunner(lambda s: 1000.0), FakeClock()
-    runner.pair_memory_bytes = 40 * 2**20
-    session = Session(runner, clock=clock)
+    # GIVEN a backend measuring pairs together in 40 MiB, and a baseline of batch 16 peaking at 16 MiB
+    backend, clock = FakeBackend(lambda s: 1000.0, pair_memory_bytes=40 * 2**20), FakeClock()
+    session = Session(backend, clock=clock)
     base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
     # WHEN batch 32 (estimated at twice the baseline's peak: 16 + 32 MiB do not fit) and 2 loader workers are
     # measured against it
     session.measure({**base.settings, "batch_size": 32}, "ladder:batch_size", base)
     session.measure({**base.settings, "num_workers": 2}, "ladder:num_workers", base)
     # THEN each was screened on its own; batch 24 (16 + 24 MiB fit) was measured in a pair
-    assert runner.pairs == [] and [p.role for p in session.probes][1:] == ["ladder:batch_size", "ladder:num_workers"]
+    assert backend.pairs == [] and [p.role for p in session.probes][1:] == ["ladder:batch_size", "ladder:num_workers"]
     session.measure({**base.settings, "batch_size": 24}, "ladder:batch_size", base)
-    assert runner.pairs == [("p004", "p005")]
+    assert backend.pairs == [("p004", "p005")]
 
 
 def test_a_pair_is_sized_on_the_line_through_the_measured_batches():
     # GIVEN a CPU run whose memory is mostly loader worker processes (100 MiB, plus 1 MiB per 16 samples), and
     # room for 250 MiB between the two sides of a pair
-    runner, clock = FakeRunner(lambda s: {"rate": 1000.0, "memory": (100 + s["batch_size"] // 16) * 2**20}), \
-        FakeClock()
-    runner.pair_memory_bytes = 250 * 2**20
-    session = Session(runner, clock=clock)
+    backend, clock = FakeBackend(lambda s: {"rate": 1000.0, "memory": (100 + s["batch_size"] // 16) * 2**20},
+                                 pair_memory_bytes=250 * 2**20), FakeClock()
+    session = Session(backend, clock=clock)
     base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
     session.run({**base.settings, "batch_size": 32}, "ladder:batch_size")
     # WHEN batch 128 is measured against the baseline: in proportion to the batch it would need 808 MiB, on the
     # line through 16 and 32 it needs 108
     session.measure({**base.settings, "batch_size": 128}, "ladder:batch_size", base)
     # THEN it was measured beside the baseline
-    assert runner.pairs == [("p003", "p004")]
+    assert backend.pairs == [("p003", "p004")]
 
 
 def test_out_of_memory_beside_the_reference_is_measured_again_alone_before_it_ends_the_ladder():
-    # GIVEN a GPU-like runner with 220 MiB, pairs allowed while both estimated peaks fit in 198 MiB, and a model
+    # GIVEN a GPU-like backend with 220 MiB, pairs allowed while both estimated peaks fit in 198 MiB, and a model
     # whose memory grows faster than its batch: 16 MiB at batch 16, 32 at 32, 200 at 64 (more than estimated),
     # 400 at 128 (out of memory); throughput grows 20% per doubling
     memory = {16: 16, 32: 32, 64: 200, 128: 400}
@@ -686,24 +671,21 @@ def test_out_of_memory_beside_the_reference_is_measured_again_alone_before_it_en
             return Status.OOM
         return {"rate": 1000.0 * 1.2 ** [16, 32, 64].index(s["batch_size"]), "memory": memory[s["batch_size"]] * 2**20}
 
-    runner, clock = FakeRunner(rate), FakeClock()
+    class OneDevice(FakeBackend):
+        def pair(self, specs, roles, first):  # both sides on one device: over 220 MiB between them, the larger one
+            results = super().pair(specs, roles, first)  # runs out
+            if sum(r.peak_memory_bytes or 0 for r in results) > 220 * 2**20:
+                side = max((0, 1), key=lambda i: results[i].peak_memory_bytes or 0)
+                results[side] = ProbeResult(specs[side].id, specs[side].settings, Status.OOM, error="fake oom",
+                                            role=roles[side])
+                other = results[1 - side]  # as probe/lockstep.py leaves the partner of a failed side
+                other.status, other.raw, other.error = Status.STOPPED, {}, "stopped: its lockstep partner ended (oom)"
+            return results
 
-    def pair(jobs, first):  # both sides on one device: over 220 MiB between them, the larger one runs out
-        results = runner.pair(jobs, first)
-        if sum(r.peak_memory_bytes or 0 for r in results) > 220 * 2**20:
-            side = max((0, 1), key=lambda i: results[i].peak_memory_bytes or 0)
-            results[side] = ProbeResult(jobs[side][0], jobs[side][1], Status.OOM, error="fake oom", role=jobs[side][2])
-            other = results[1 - side]  # as probe/lockstep.py leaves the partner of a failed side
-            other.status, other.raw, other.error = Status.STOPPED, {}, "stopped: its lockstep partner ended (oom)"
-        return results
-
-    def timed(probe_id, settings, role):
-        return runner(probe_id, settings, role)
-
-    timed.pair, timed.pair_memory_bytes = pair, 198 * 2**20
+    backend, clock = OneDevice(rate, pair_memory_bytes=198 * 2**20), FakeClock()
     ctx = PlanContext(baseline=knobs.full_settings({"batch_size": 16}), search={"batch_size": [16, 32, 64, 128]},
                       workload=MLP, device=CPU_NO_BF16, explore=("batch_size",))
-    outcome = plan(ctx, Session(timed, clock=clock), "adaptive")
+    outcome = plan(ctx, Session(backend, clock=clock), "adaptive")
     # THEN batch 64, out of memory beside batch 32, was measured alone, fitted and was kept; 128 ended the ladder
     at_64 = [p for p in outcome.probes if p.settings["batch_size"] == 64 and p.role == "ladder:batch_size"]
     assert [p.status for p in at_64] == [Status.OOM, Status.OK] and "lockstep" not in at_64[1].extra
@@ -713,10 +695,10 @@ def test_out_of_memory_beside_the_reference_is_measured_again_alone_before_it_en
 
 def test_knobs_option_limits_what_the_planner_explores():
     # GIVEN the CNN where bf16, channels_last and a batch of 64 each pay, and --knobs batch_size,num_workers
-    outcome, runner = run_plan(cnn_rate, explore=("batch_size", "num_workers"))
+    outcome, backend = run_plan(cnn_rate, explore=("batch_size", "num_workers"))
     # THEN only the batch changed; nothing else was probed, not even skipped as not applicable
     assert knobs.describe(outcome.recommended.settings, outcome.baseline.settings) == "batch_size=64"
-    assert tried(runner, "amp") == ["off"] and tried(runner, "channels_last") == [False]
+    assert tried(backend, "amp") == ["off"] and tried(backend, "channels_last") == [False]
     assert {p.role for p in outcome.probes} <= {"baseline", "ladder:batch_size", "recheck", "confirm:baseline",
                                                  "confirm:recommended", "confirm:alone:baseline",
                                                  "confirm:alone:recommended", "ablate:with", "ablate:batch_size"}
@@ -740,8 +722,8 @@ def test_exploring_probes_screen_and_no_probe_measures_past_the_budget():
 
 def test_a_gain_still_inconclusive_after_a_duel_earns_more_up_to_three():
     # GIVEN bf16 truly 15% faster, steps jittering ±90%, and no lockstep (the duels run in turn, pooling samples)
-    outcome, runner = run_plan(lambda s: 1000.0 * (1.15 if s["amp"] == "bf16" else 1.0), workload=MLP,
-                               search={"batch_size": [16]}, jitter=0.9, device=CPU_AMP_ONLY, explore=("amp",))
+    outcome, backend = run_plan(lambda s: 1000.0 * (1.15 if s["amp"] == "bf16" else 1.0), workload=MLP,
+                                search={"batch_size": [16]}, jitter=0.9, device=CPU_AMP_ONLY, explore=("amp",))
     # THEN one duel could not tell, so two more were run, and the pooled samples kept bf16
     rechecks = [p.settings["amp"] for p in outcome.probes if p.role == "recheck"]
     assert rechecks == ["off", "bf16", "bf16", "off", "off", "bf16"]  # who runs first alternates
@@ -761,8 +743,8 @@ def test_with_three_runs_a_side_their_spread_not_the_steps_measures_the_noise():
     median, low, high = stats.runs_ratio_ci(rates_a, rates_b)
     assert 1.13 < median < 1.17 and low > 1.08 and high < 1.22
     # AND the session uses it once each side has three runs
-    runner, clock = FakeRunner(lambda s: 1000.0 * (1.15 if s["amp"] == "bf16" else 1.0), jitter=0.9), FakeClock()
-    session = Session(runner, clock=clock)
+    backend, clock = FakeBackend(lambda s: 1000.0 * (1.15 if s["amp"] == "bf16" else 1.0), jitter=0.9), FakeClock()
+    session = Session(backend, clock=clock)
     base = knobs.full_settings({"batch_size": 16})
     a = [session.run(base, "baseline", reuse=False) for _ in range(3)]
     b = [session.run({**base, "amp": "bf16"}, "knob:amp", reuse=False) for _ in range(3)]
@@ -775,15 +757,15 @@ def test_probes_get_what_is_left_of_the_budget_as_their_limit():
     from tune_advisor.planner.confirm import CONFIRM_GRACE
     from tune_advisor.probe.spec import ProbeSpec
 
-    runner, clock = FakeRunner(lambda s: 1000.0, wall_s=5.0), FakeClock()
-    session = Session(runner, 60.0, clock=clock)
+    backend, clock = FakeBackend(lambda s: 1000.0, wall_s=5.0), FakeClock()
+    session = Session(backend, 60.0, clock=clock)
     session.baseline = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
     clock.now = 20.0
     # GIVEN 40 s left, and a confirmation predicted at 3 x (5 s + 5 s): two lockstep rounds, then each side alone
     # THEN an exploring probe may run until the confirmation must begin; the confirmation 5% past the budget
     assert session.time_left("ladder:batch_size") == 60.0 - 30.0 - 20.0
     assert session.time_left("confirm:baseline") == 60.0 * (1 + CONFIRM_GRACE) - 20.0
-    assert Session(runner).time_left("knob:amp") is None
+    assert Session(backend).time_left("knob:amp") is None
     # AND the runner's limit is the smaller of the probe timeout and that, and says which it is
     spec = ProbeSpec(id="p1", workload="w.py", settings={}, timeout_s=120.0, budget_left_s=10.0)
     assert spec.limit_s == 10.0 and spec.budget_bound
@@ -794,7 +776,7 @@ def test_probes_get_what_is_left_of_the_budget_as_their_limit():
     assert ProbeSpec(id="p1", workload="w.py", settings={}, timeout_s=5.0, lockstep=fifo,
                      budget_left_s=7.0).limit_s == 7.0
     # AND a probe the budget stopped is listed as unexplored
-    stopped = runner("p9", {**session.baseline.settings, "amp": "bf16"}, "knob:amp")
+    stopped = backend.run(fake_spec("p9", {**session.baseline.settings, "amp": "bf16"}), "knob:amp")
     stopped.status, stopped.extra["budget_stopped"] = Status.TIMEOUT, True
     session._record(stopped)
     assert session.unexplored == ["amp=bf16: stopped when the budget ran out (p9)"]
@@ -807,8 +789,8 @@ def test_a_partner_that_fails_leaves_its_recheck_stopped_and_the_run_goes_on(fai
     def rate(s):
         return failure if s["batch_size"] >= 64 else 1000.0 * (1.3 if s["batch_size"] == 32 else 1)
 
-    outcome, runner = run_plan(rate, workload=MLP, device=CPU_NO_BF16, lockstep=True, explore=("batch_size",),
-                               search={"batch_size": [16, 32, 64, 128]})
+    outcome, backend = run_plan(rate, workload=MLP, device=CPU_NO_BF16, lockstep=True, explore=("batch_size",),
+                                search={"batch_size": [16, 32, 64, 128]})
     # THEN the run ends with a recommendation (no comparison divided by an empty window)
     assert outcome.recommended.settings["batch_size"] == 32 and outcome.speedup["median"] > 1.2
     stopped = [p for p in outcome.probes if p.status is Status.STOPPED]
@@ -826,17 +808,18 @@ def test_an_unmeasured_probe_has_no_rate_and_compares_as_unknown():
 
     empty = ProbeResult("p009", knobs.full_settings(), Status.STOPPED, error="stopped before its first step")
     assert math.isnan(window_rate(empty))
-    session = Session(FakeRunner(lambda s: 1000.0), clock=FakeClock())
+    session = Session(FakeBackend(lambda s: 1000.0), clock=FakeClock())
     base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
     assert all(math.isnan(x) for x in session.gain(base, empty))
 
 
 def test_a_figure_measured_alone_is_never_compared_with_one_measured_beside_a_partner():
     # GIVEN batch 32 measured only beside a partner in lockstep, and batch 64 only alone
-    runner = FakeRunner(lambda s: 1000.0 * s["batch_size"] / 16)
-    session = Session(runner, clock=FakeClock())
+    backend = FakeBackend(lambda s: 1000.0 * s["batch_size"] / 16)
+    session = Session(backend, clock=FakeClock())
     base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
-    a, b = runner.pair([("p002", base.settings, "recheck"), ("p003", {**base.settings, "batch_size": 32}, "knob")])
+    a, b = backend.pair([fake_spec("p002", base.settings), fake_spec("p003", {**base.settings, "batch_size": 32})],
+                        ["recheck", "knob"], 0)
     for result in (a, b):
         session._record(result)
     alone = session.run({**base.settings, "batch_size": 64}, "ladder:batch_size")
@@ -855,7 +838,7 @@ def test_the_ablation_drops_a_knob_below_the_minimum_gain_and_records_each_contr
         return 1000.0 * (1.25 if s["amp"] == "bf16" else 1.0) * (1.01 if s["optimizer_impl"] == "fused" else 1.0)
 
     fused = WorkloadFacts(dataset_len=10_000, optimizer_class="AdamW", optimizer_impls=("foreach", "fused"))
-    outcome, runner = run_plan(rate, workload=fused, search={"amp": ["off", "bf16"], "optimizer_impl": [
+    outcome, backend = run_plan(rate, workload=fused, search={"amp": ["off", "bf16"], "optimizer_impl": [
         "default", "fused"]}, device=CPU_AMP_ONLY, lockstep=True, strategy="grid", jitter=0.002)
     # THEN the ablation measured each changed knob beside the winner without it, in lockstep, and kept only bf16
     by_knob = {a["knob"]: a for a in outcome.ablation}
@@ -871,15 +854,16 @@ def test_the_ablation_drops_a_knob_below_the_minimum_gain_and_records_each_contr
 
 
 def test_a_settings_figure_covers_its_runs_and_says_what_kind_of_interval_it_is():
-    runner = FakeRunner(lambda s: 1000.0, jitter=0.05)
-    session = Session(runner, clock=FakeClock())
+    backend = FakeBackend(lambda s: 1000.0, jitter=0.05)
+    session = Session(backend, clock=FakeClock())
     settings = knobs.full_settings({"batch_size": 16})
     # GIVEN one run: its window's CI, labelled as within one window
     one = session.run(settings, "baseline")
     figure = session.figure(settings)
     assert figure["runs"] == [one.id] and figure["interval"].startswith("95% CI within one measured window (p001")
     # GIVEN a run beside a partner too: it is never pooled with the run alone
-    a, b = runner.pair([("p002", settings, "recheck"), ("p003", {**settings, "amp": "bf16"}, "knob:amp")])
+    a, b = backend.pair([fake_spec("p002", settings), fake_spec("p003", {**settings, "amp": "bf16"})],
+                        ["recheck", "knob:amp"], 0)
     session._record(a)
     session._record(b)
     assert session.figure(settings)["runs"] == ["p001"]
@@ -896,7 +880,7 @@ def test_a_settings_figure_covers_its_runs_and_says_what_kind_of_interval_it_is(
     assert width > figure["ci_high"] / figure["ci_low"]  # one run of its own: a wider interval than two
     # GIVEN settings measured only beside partners: their runs make the figure, said so
     paired = {**settings, "amp": "bf16"}
-    c, d = runner.pair([("p005", settings, "recheck"), ("p006", paired, "knob:amp")])
+    c, d = backend.pair([fake_spec("p005", settings), fake_spec("p006", paired)], ["recheck", "knob:amp"], 0)
     session._record(c)
     session._record(d)
     assert session.figure(paired)["runs"] == ["p003", "p006"]
@@ -913,7 +897,7 @@ def test_without_time_for_its_pairs_the_ablation_decides_on_the_searchs_measures
         return 1000.0 * (1.25 if s["amp"] == "bf16" else 1.0) * (1.01 if s["optimizer_impl"] == "fused" else 1.0)
 
     clock = FakeClock()
-    session = Session(FakeRunner(rate, jitter=0.002), budget_s=10.0, clock=clock)
+    session = Session(FakeBackend(rate, jitter=0.002), budget_s=10.0, clock=clock)
     base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
     session.baseline = base
     session.run({**base.settings, "optimizer_impl": "fused"}, "knob:optimizer_impl")
@@ -934,7 +918,7 @@ def test_without_time_for_its_pairs_the_ablation_decides_on_the_searchs_measures
 
 def test_an_ablation_probe_may_use_the_time_its_pair_was_afforded():
     clock = FakeClock()
-    session = Session(FakeRunner(lambda s: 1000.0), budget_s=100.0, clock=clock)
+    session = Session(FakeBackend(lambda s: 1000.0), budget_s=100.0, clock=clock)
     base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
     session.baseline, session.best = base, session.run({**base.settings, "batch_size": 32}, "ladder:batch_size")
     clock.now = 60.0

@@ -9,47 +9,51 @@ from tune_advisor.errors import UsageError
 from tune_advisor.planner import PlanContext, Session, plan
 from tune_advisor.probe.result import ProbeResult
 
-from ..fakes import FakeClock, FakeRunner
+from ..fakes import FakeBackend, FakeClock
 from .test_planner import CNN, CPU_AMP_ONLY, cnn_rate
 
 
+class Interrupted(FakeBackend):
+    """Ctrl-C when asked for probe number `stop_after` + 1 (a pair asked for past that point is interrupted
+    whole)."""
+
+    def __init__(self, *args, stop_after=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.stop_after = stop_after
+
+    def run(self, spec, role):
+        if self.stop_after is not None and len(self.calls) >= self.stop_after:
+            raise KeyboardInterrupt
+        return super().run(spec, role)
+
+    def pair(self, specs, roles, first):
+        if self.stop_after is not None and len(self.calls) + 1 >= self.stop_after:
+            raise KeyboardInterrupt
+        return super().pair(specs, roles, first)
+
+
 def run(budget_s=None, finished=None, stop_after=None, calls_before=(), lockstep=False):
-    """One plan over the fake CNN. `stop_after`: Ctrl-C when the runner is asked for probe number stop_after + 1
-    (`lockstep`: the runner measures pairs together, and a pair asked for past that point is interrupted whole).
-    Returns (session, outcome or None, runner, [(saved probe dict, elapsed)])."""
-    runner, clock = FakeRunner(cnn_rate, moment=lambda s, role: 1.1 if s["channels_last"] else 1.0), FakeClock()
-    runner.calls = list(calls_before)  # the fake's jitter is seeded by its call count: continue the count
+    """One plan over the fake CNN. `stop_after`: Ctrl-C when the backend is asked for probe number stop_after + 1
+    (`lockstep`: the backend measures pairs together, and a pair asked for past that point is interrupted whole).
+    Returns (session, outcome or None, backend, [(saved probe dict, elapsed)])."""
+    clock = FakeClock()
+    backend = Interrupted(cnn_rate, moment=lambda s, role: 1.1 if s["channels_last"] else 1.0, clock=clock,
+                          can_pair=lockstep, stop_after=stop_after)
+    backend.calls = list(calls_before)  # the fake's jitter is seeded by its call count: continue the count
     saved = []
-
-    def timed(probe_id, settings, role):
-        if stop_after is not None and len(runner.calls) >= stop_after:
-            raise KeyboardInterrupt
-        result = runner(probe_id, settings, role)
-        clock.now += result.wall_s
-        return result
-
-    def pair(jobs, first):
-        if stop_after is not None and len(runner.calls) + 1 >= stop_after:
-            raise KeyboardInterrupt
-        results = runner.pair(jobs, first)
-        clock.now += sum(r.wall_s for r in results)
-        return results
-
-    if lockstep:
-        timed.pair = pair
 
     def record(result):  # what analyze saves: the probe as results.json has it, and the clock then
         saved.append((json.loads(json.dumps(result.to_dict())), session.elapsed()))
 
-    session = Session(timed, budget_s, on_probe=record, clock=clock, finished=finished)
+    session = Session(backend, budget_s, on_probe=record, clock=clock, finished=finished)
     ctx = PlanContext(baseline=knobs.full_settings({"batch_size": 16}), search={}, workload=CNN,
                       device=CPU_AMP_ONLY)
     try:
         outcome = plan(ctx, session, "adaptive")
     except KeyboardInterrupt:
-        return session, None, runner, saved
+        return session, None, backend, saved
     session.end_replay()  # as analyze does when the plan is over
-    return session, outcome, runner, saved
+    return session, outcome, backend, saved
 
 
 def reloaded(saved):
@@ -63,20 +67,20 @@ def trace(session):
 @pytest.mark.parametrize("lockstep", [False, True], ids=["in-turn", "lockstep"])
 @pytest.mark.parametrize("budget_s", [None, 70.0])  # 70 s: the budget ends the search (5 s fake probes)
 def test_a_resumed_plan_runs_only_the_missing_probes_and_ends_as_an_uninterrupted_one(budget_s, lockstep):
-    whole, expected, whole_runner, _ = run(budget_s, lockstep=lockstep)
-    assert expected.speedup is not None and len(whole_runner.calls) > 6
+    whole, expected, whole_backend, _ = run(budget_s, lockstep=lockstep)
+    assert expected.speedup is not None and len(whole_backend.calls) > 6
     assert any("over budget" in u for u in whole.unexplored) == (budget_s is not None)
     assert any(p.role == "recheck" for p in whole.probes)  # a duel (channels_last ran in a fast moment) is replayed
-    for stop in range(1, len(whole_runner.calls)):
-        # GIVEN a run interrupted while its runner was asked for probe `stop + 1` (in lockstep: the pair holding it)
-        first, outcome, first_runner, saved = run(budget_s, stop_after=stop, lockstep=lockstep)
-        done = len(first_runner.calls)
+    for stop in range(1, len(whole_backend.calls)):
+        # GIVEN a run interrupted while its backend was asked for probe `stop + 1` (in lockstep: the pair holding it)
+        first, outcome, first_backend, saved = run(budget_s, stop_after=stop, lockstep=lockstep)
+        done = len(first_backend.calls)
         assert outcome is None and (done == stop or (lockstep and done == stop - 1))
         # WHEN it is resumed from what it saved
-        again, outcome, runner, _ = run(budget_s, finished=reloaded(saved), calls_before=first_runner.calls,
-                                        lockstep=lockstep)
+        again, outcome, backend, _ = run(budget_s, finished=reloaded(saved), calls_before=first_backend.calls,
+                                         lockstep=lockstep)
         # THEN only the probes that had not finished run, and the plan is the uninterrupted one, probe for probe
-        assert runner.calls[done:] == whole_runner.calls[done:], stop
+        assert backend.calls[done:] == whole_backend.calls[done:], stop
         assert trace(again) == trace(whole), stop
         assert [p.id for p in again.reused] == [p.id for p in first.probes] and not again.discarded
         assert outcome.recommended.settings == expected.recommended.settings
@@ -87,20 +91,20 @@ def test_a_resumed_plan_runs_only_the_missing_probes_and_ends_as_an_uninterrupte
 
 def test_resuming_a_finished_run_runs_nothing():
     whole, expected, _, saved = run()
-    again, outcome, runner, _ = run(finished=reloaded(saved))
-    assert runner.calls == [] and trace(again) == trace(whole) and not again.replaying
+    again, outcome, backend, _ = run(finished=reloaded(saved))
+    assert backend.calls == [] and trace(again) == trace(whole) and not again.replaying
     assert outcome.speedup == expected.speedup
 
 
 def test_a_plan_that_takes_another_path_discards_the_rest_and_numbers_on():
     # GIVEN a run with no budget interrupted late, resumed with a budget that allows fewer probes
-    _, _, first_runner, saved = run(stop_after=12)
-    again, outcome, runner, _ = run(budget_s=45.0, finished=reloaded(saved), calls_before=first_runner.calls)
+    _, _, first_backend, saved = run(stop_after=12)
+    again, outcome, backend, _ = run(budget_s=45.0, finished=reloaded(saved), calls_before=first_backend.calls)
     # THEN the replay stops where the plan differs; the probes not asked for again are discarded
     assert again.reused and again.discarded and len(again.reused) + len(again.discarded) == len(saved)
     assert again.probes[len(again.reused)].role != saved[len(again.reused)][0]["role"]
     # AND the plan goes on live (its confirmation runs), numbering on from the last probe kept
-    assert len(runner.calls) > 12 and outcome.speedup is not None and not again.replaying
+    assert len(backend.calls) > 12 and outcome.speedup is not None and not again.replaying
     ids = [p.id for p in again.probes]
     assert ids == [f"p{i:03d}" for i in range(1, len(ids) + 1)]
 

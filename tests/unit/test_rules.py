@@ -46,7 +46,7 @@ def findings(name: str) -> dict[str, dict]:
 
 
 def with_memory(doc: dict, total: int) -> dict:
-    """The lead's api.py is to record the machine's memory; these CPU runs predate that key."""
+    """The lead's api (tune_advisor.api) is to record the machine's memory; these CPU runs predate that key."""
     doc = copy.deepcopy(doc)
     doc["environment"]["memory_total_bytes"] = total
     return doc

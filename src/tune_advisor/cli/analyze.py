@@ -27,6 +27,39 @@ def best_so_far(session) -> str:
     return f"; best so far: {knobs.describe(best.settings, base.settings)} at {session.describe_gain(base, best)}"
 
 
+class LiveOutput(api.SilentObserver):
+    """analyze's live output on stderr: the workload, a status line for the running probe, a line per finished
+    probe (`show`), and notices about resuming (unless `quiet`)."""
+
+    def __init__(self, file: Path, budget_s: float | None, show: bool, quiet: bool):
+        self.file, self.budget_s, self.show, self.quiet = file, budget_s, show, quiet
+        self.started = time.monotonic()
+        self.status = err.status("inspecting the workload…") if show else None
+        self.baseline, self.session, self.n = None, None, 0
+
+    def on_start(self, info, session) -> None:
+        self.baseline, self.session = info.baseline, session
+        if self.show:
+            err.print(f"[bold]{self.file}[/]: {info.facts.model_class}, {info.facts.parameters:,} parameters; "
+                      f"baseline {knobs.brief(info.baseline)}")
+
+    def on_probe_start(self, probe_id, settings, role) -> None:
+        self.n += 1
+        if self.status is not None:
+            elapsed = time.monotonic() - self.started
+            left = f", budget left {max(0.0, self.budget_s - elapsed):.0f} s" if self.budget_s is not None else ""
+            self.status.update(f"probe {self.n} ({role}): {knobs.describe(settings, self.baseline)} — "
+                               f"{elapsed:.0f} s elapsed{left}{best_so_far(self.session)}")
+
+    def on_probe(self, result, session) -> None:
+        if self.show:
+            err.print(probe_line(result, self.baseline), markup=False)
+
+    def on_notice(self, message: str) -> None:
+        if not self.quiet:
+            err.print(message, markup=False)
+
+
 @handle_errors
 def command(
     file: Path = typer.Argument(..., help="The workload file (defines build_model() and build_dataset())."),
@@ -69,28 +102,14 @@ def command(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors (and --json output)."),
 ) -> None:
     """Plan and run probes over the knobs, recommend the fastest settings, and save results.json."""
-    protocol = Protocol(warmup_steps=warmup, min_steps=min_steps, min_time_s=min_time)
-    show = not (quiet or json_out)
-    started = time.monotonic()
-    status = err.status("inspecting the workload…") if show else None
-    state = {"baseline": None, "n": 0, "session": None}
-
-    def on_start(info, session):
-        state["baseline"], state["session"] = info.baseline, session
-        if show:
-            err.print(f"[bold]{file}[/]: {info.facts.model_class}, {info.facts.parameters:,} parameters; "
-                      f"baseline {knobs.brief(info.baseline)}")
-
-    def on_probe_start(probe_id, settings, role):
-        state["n"] += 1
-        if status is not None:
-            left = f", budget left {max(0.0, api.parse_duration(budget) - (time.monotonic() - started)):.0f} s"
-            status.update(f"probe {state['n']} ({role}): {knobs.describe(settings, state['baseline'])} — "
-                          f"{time.monotonic() - started:.0f} s elapsed{left}{best_so_far(state['session'])}")
-
-    def on_probe(result, session):
-        if show:
-            err.print(probe_line(result, state["baseline"]), markup=False)
+    options = api.AnalyzeOptions(
+        out=out, device=device, budget=budget, probe_timeout=probe_timeout, max_memory=max_memory,
+        protocol=Protocol(warmup_steps=warmup, min_steps=min_steps, min_time_s=min_time), seed=seed,
+        strategy=strategy,
+        only_knobs=[k.strip() for item in only_knobs or [] for k in item.split(",") if k.strip()] or None,
+        select=select, ignore=ignore, profile=profile, command=command_line(), nproc_per_node=nproc_per_node,
+        nnodes=nnodes, rdzv_endpoint=rdzv_endpoint, executor=executor, ray_address=ray_address, resume=resume)
+    live = LiveOutput(file, options.budget, show=not (quiet or json_out), quiet=quiet)
 
     def second_ctrl_c_exits(signum, frame):  # the first Ctrl-C stops the probe and saves; a second exits at once
         signal.signal(signal.SIGINT, lambda *_: os._exit(EXIT_INTERRUPTED))  # results.json is written atomically
@@ -99,18 +118,10 @@ def command(
     previous_sigint = signal.getsignal(signal.SIGINT)
     if previous_sigint is signal.default_int_handler:  # not where Ctrl-C is ignored (a background job)
         signal.signal(signal.SIGINT, second_ctrl_c_exits)
-    if status is not None:
-        status.start()
+    if live.status is not None:
+        live.status.start()
     try:
-        result = api.analyze(file, out=out, device=device, budget=budget, probe_timeout=probe_timeout,
-                             max_memory=max_memory, protocol=protocol, seed=seed, strategy=strategy,
-                             only_knobs=[k.strip() for item in only_knobs or [] for k in item.split(",") if k.strip()]
-                             or None,
-                             select=select, ignore=ignore, profile=profile, command=command_line(),
-                             nproc_per_node=nproc_per_node, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint,
-                             executor=executor, ray_address=ray_address,
-                             on_start=on_start, on_probe=on_probe, on_probe_start=on_probe_start,
-                             resume=resume, on_notice=None if quiet else lambda m: err.print(m, markup=False))
+        result = api.analyze(file, options, live)
     except KeyboardInterrupt:  # api.analyze has stopped the probe and saved what finished
         # Exiting now. Python's own handlers revert to the default action while the interpreter shuts down, so
         # a Ctrl-C then would end the process by SIGINT, not 130: only ignoring it covers the way out.
@@ -124,8 +135,8 @@ def command(
             os._exit(EXIT_INTERRUPTED)
         raise typer.Exit(EXIT_INTERRUPTED) from None
     finally:
-        if status is not None:
-            status.stop()
+        if live.status is not None:
+            live.status.stop()
         if signal.getsignal(signal.SIGINT) is second_ctrl_c_exits:  # in-process callers (tests) get theirs back
             signal.signal(signal.SIGINT, previous_sigint)
     if json_out:

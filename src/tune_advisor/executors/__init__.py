@@ -1,21 +1,43 @@
-"""Where probes run. By default one after another, each in a child process of this machine (probe/runner.py);
-`--executor ray` runs them as Ray tasks on a Ray cluster or a local Ray instance (executors/ray.py)."""
+"""Where probes run: the ProbeBackend implementations (the interface: probe/backend.py).
+
+local.py  child processes of this machine, one at a time: LocalBackend (duels in lockstep pairs) and, for DDP
+          probes, TorchrunBackend (no pairs)
+ray.py    `--executor ray`: Ray tasks on a cluster or a local Ray instance, independent probes side by side
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from ..errors import UsageError
+from ..probe.backend import ProbeBackend
+from .local import LocalBackend, TorchrunBackend, pair_memory
 
 EXECUTORS = ("local", "ray")
 
 
-def create(name: str, address: str | None, device: str):
-    """The executor for `--executor NAME` (None: run probes here, one at a time). Raises UsageError."""
+def check(name: str, address: str | None) -> None:
+    """UsageError for an unknown `--executor` or a `--ray-address` without `--executor ray`."""
     if name not in EXECUTORS:
         raise UsageError(f"--executor {name}: expected one of {', '.join(EXECUTORS)}")
-    if name == "local":
-        if address:
-            raise UsageError("--ray-address needs --executor ray")
-        return None
-    from .ray import RayExecutor
+    if name == "local" and address:
+        raise UsageError("--ray-address needs --executor ray")
 
-    return RayExecutor(address, device)
+
+def connect(name: str, address: str | None, device: str, workdir: Path) -> ProbeBackend | None:
+    """The backend of a remote executor (`--executor ray`), connected now; None for `local`. Raises UsageError."""
+    check(name, address)
+    if name == "local":
+        return None
+    from .ray import RayBackend
+
+    return RayBackend(address, device, workdir)
+
+
+def local_backend(device: str, layout: dict[str, Any] | None, workdir: Path, memory_budget: int | None) -> ProbeBackend:
+    """Probes on this machine: DDP probes through torchrun when there is a `layout` (distributed/launch.py), else
+    single processes, paired within `memory_budget` (executors.local.pair_memory)."""
+    if layout is not None:
+        return TorchrunBackend(workdir)
+    return LocalBackend(workdir, pair_memory(device, memory_budget))

@@ -3,9 +3,9 @@
 Each task calls the ordinary single-probe runner (`probe.runner.run_probe`) on the node Ray picks, so a probe is
 measured there exactly as it would be here: its own child process (or torchrun job), wall-clock limit, kill, status.
 A task asks Ray for one GPU on CUDA (a DDP probe: one per local rank) and none on the CPU. Independent probes (the
-grid's combinations) are submitted together and come back as each finishes (`ray.wait`), straight into
-results.json; probes that depend on earlier ones (the adaptive planner's, the interleaved confirmation) go one at
-a time.
+grid's combinations) are submitted together where the cluster runs several at once (`width`), and come back as
+each finishes (`ray.wait`), straight into results.json; probes that depend on earlier ones (the adaptive planner's,
+the interleaved confirmation) go one at a time.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import UsageError
+from ..probe.backend import Job
 from ..probe.result import ProbeResult, Status
 from ..probe.spec import ProbeSpec
 
@@ -39,15 +40,19 @@ def run_task(spec: ProbeSpec, workdir: str, role: str) -> ProbeResult:
     return result
 
 
-class RayExecutor:
-    """Submits probes as Ray tasks; `width` is how many the cluster runs side by side."""
+class RayBackend:
+    """Submits probes as Ray tasks; `width` is how many the cluster runs side by side. Never paired: the two sides
+    of a lockstep pair must be children of one process on one machine."""
 
-    def __init__(self, address: str | None, device: str):
+    can_pair = False
+    pair_memory_bytes = None
+
+    def __init__(self, address: str | None, device: str, workdir: Path):
         try:
             import ray
         except ImportError:
             raise UsageError(f"--executor ray needs Ray, which is not installed here: {INSTALL_HINT}") from None
-        self.ray, self.cuda = ray, device.startswith("cuda")
+        self.ray, self.cuda, self.workdir = ray, device.startswith("cuda"), Path(workdir)
         self.started_here = not ray.is_initialized()
         if self.started_here:
             try:
@@ -67,17 +72,20 @@ class RayExecutor:
         resources = self.ray.cluster_resources()
         return max(1, int(resources.get("GPU", 0)) if self.cuda else int(resources.get("CPU", 1)))
 
-    def submit(self, spec: ProbeSpec, workdir: Path, role: str):
+    def submit(self, spec: ProbeSpec, role: str):
         return self.task.options(num_gpus=self._gpus(spec), num_cpus=1, name=f"probe {spec.id}").remote(
-            spec, str(workdir), role)
+            spec, str(self.workdir), role)
 
-    def run(self, spec: ProbeSpec, workdir: Path, role: str) -> ProbeResult:
-        return next(self.many([(spec, role)], workdir))
+    def run(self, spec: ProbeSpec, role: str) -> ProbeResult:
+        return next(self.many([(spec, role)]))
 
-    def many(self, jobs: list[tuple[ProbeSpec, str]], workdir: Path) -> Iterator[ProbeResult]:
+    def pair(self, specs: list[ProbeSpec], roles: list[str], first: int) -> list[ProbeResult]:
+        raise NotImplementedError("Ray tasks are not measured in lockstep pairs")
+
+    def many(self, jobs: list[Job]) -> Iterator[ProbeResult]:
         """Submit every job now; yield each result as its task finishes. Unfinished tasks are cancelled when the
         caller stops early (Ctrl-C)."""
-        pending = {self.submit(spec, workdir, role): (spec, role) for spec, role in jobs}
+        pending = {self.submit(spec, role): (spec, role) for spec, role in jobs}
         try:
             while pending:
                 done, _ = self.ray.wait(list(pending), num_returns=1)

@@ -61,7 +61,7 @@ def record_baseline(path: str | Path, *, rounds: int = DEFAULT_ROUNDS, settings:
     timeout_s = api.parse_duration(probe_timeout)
     device = environment.resolve_device(device)
     with tempfile.TemporaryDirectory(prefix="tune-advisor-baseline-") as tmp:
-        info = api.inspect(path, device, Path(tmp))
+        info = api.inspect_workload(path, device, Path(tmp))
         chosen = resolve_settings(settings, info, from_results=from_results)
         check_applicable(chosen, info, device)
         probes = measure({"baseline": (info, chosen)}, rounds, device=device, protocol=protocol,
@@ -123,14 +123,14 @@ def run_gate(path: str | Path, *, baseline: str | Path | None = None, against: s
         workdir = Path(tmp)
         # The ref first: a ref missing from a shallow CI clone is the likeliest mistake, and it costs no probe.
         ref_path = workload_at_ref(Path(path), against, workdir / "ref") if against else None
-        info = api.inspect(path, device, workdir / "probes")
+        info = api.inspect_workload(path, device, workdir / "probes")
         chosen = resolve_settings(settings, info, from_results=from_results,
                                   recorded=stored.settings if stored else None)
         check_applicable(chosen, info, device)
         sides = {"candidate": (info, chosen)}
         if ref_path is not None:
             try:
-                ref_info = api.inspect(ref_path, device, workdir / "probes")
+                ref_info = api.inspect_workload(ref_path, device, workdir / "probes")
             except WorkloadError as exc:
                 raise WorkloadError(f"{path} at {against}", exc.cause, exc.fix, exc.line) from None
             sides = {"reference": (ref_info, chosen), **sides}  # the reference goes first: A B, B A, ...

@@ -34,7 +34,7 @@ class GridPlanner(Planner):
         s, ctx = self.session, self.ctx
         grid = combinations(ctx)
         self.decisions.append(f"grid of {len(grid)} combinations of {', '.join(ctx.search) or 'nothing'}")
-        if hasattr(s.runner, "many"):  # --executor ray: the combinations are independent, so all go out at once
+        if s.backend.width > 1:  # --executor ray: the combinations are independent, so all go out at once
             self.fan_out(grid)
             grid = []  # nothing left for the one-at-a-time loop
         for i, settings in enumerate(grid):
@@ -55,7 +55,7 @@ class GridPlanner(Planner):
         return winner
 
     def fan_out(self, grid: list[dict[str, Any]]) -> None:
-        """Every applicable combination at once, as many as the budget allows with `runner.width` side by side."""
+        """Every applicable combination at once, as many as the budget allows with `backend.width` side by side."""
         s, ctx = self.session, self.ctx
         todo = []
         for settings in grid:
@@ -65,7 +65,7 @@ class GridPlanner(Planner):
             elif s.seen(settings) is None:
                 todo.append(settings)
         fits = len(todo)
-        while fits and not s.affordable(math.ceil(fits / max(1, s.runner.width))):
+        while fits and not s.affordable(math.ceil(fits / max(1, s.backend.width))):
             fits -= 1
         s.unexplored.extend(f"{knobs.describe(g, ctx.baseline)}: over budget" for g in todo[fits:])
         s.run_many(todo[:fits], "grid")

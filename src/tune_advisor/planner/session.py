@@ -2,8 +2,8 @@
 run, keeps the wall-time budget, and holds every measure for the comparisons (planner/compare.py) and the
 figures a report prints.
 
-Planners talk to the world only through `Session.run`, a callable from settings to a ProbeResult, so tests drive
-them with a fake runner in milliseconds.
+Planners talk to the world only through the Session, which has probes run by a ProbeBackend (probe/backend.py),
+so tests drive them with a fake backend in milliseconds.
 """
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ import time
 from dataclasses import replace
 from typing import Any, Callable
 
+from .. import knobs
 from ..analysis import stats
+from ..probe.backend import ProbeBackend, SpecMaker, bare_spec
 from ..probe.result import ProbeResult, Status
-from ..probe.spec import Protocol
+from ..probe.spec import ProbeSpec, Protocol
 from . import ablation
 from .compare import Comparisons, plain_wall, settings_key, window_rate
 from .confirm import CONFIRM_ALONE, CONFIRM_GRACE, CONFIRM_MIN_ROUNDS, CONFIRM_RESERVE
-from .. import knobs
 from .keep import DUEL_ROLE, together, without
 
 # Probes that explore only screen: they decide the clear cases and duels decide the rest, so measuring one
@@ -30,9 +31,6 @@ SCREENING_ROLES = ("knob:", "ladder:", "bisect:")
 # otherwise extend to its cap).
 DUEL_MAX_S = 4.0
 ABLATION_START_S = 2.0  # a lockstep side's start and warm-up, beyond its measured window
-
-Runner = Callable[[str, dict[str, Any], str], ProbeResult]  # (probe id, settings, role) -> result
-
 
 class Unexplored(list):
     """What the plan left unexplored, each entry once: a re-opened ladder stops at the same plateau again."""
@@ -47,8 +45,10 @@ class Unexplored(list):
 
 
 class Session(Comparisons):
-    """Runs probes through `runner`, numbers them, reuses identical settings, and keeps the wall-time budget.
+    """Runs probes through `backend`, numbers them, reuses identical settings, and keeps the wall-time budget.
 
+    `make_spec` turns (probe id, settings, role, seconds of the budget left for it) into the spec the backend runs
+    (analyze's carries the workload, device and protocol; the default only id, settings and time left).
     `started` lets the budget include work done before planning (inspecting the workload).
 
     `finished` resumes an interrupted run: its probes as (result, session elapsed seconds when it was recorded),
@@ -59,10 +59,12 @@ class Session(Comparisons):
     run's time up to its last finished probe plus this run's own.
     """
 
-    def __init__(self, runner: Runner, budget_s: float | None = None,
+    def __init__(self, backend: ProbeBackend, budget_s: float | None = None,
                  on_probe: Callable[[ProbeResult], None] | None = None, clock: Callable[[], float] = time.monotonic,
-                 started: float | None = None, finished: list[tuple[ProbeResult, float]] | None = None):
-        self.runner, self.budget_s, self.on_probe, self.clock = runner, budget_s, on_probe, clock
+                 started: float | None = None, finished: list[tuple[ProbeResult, float]] | None = None,
+                 make_spec: SpecMaker = bare_spec):
+        self.backend, self.make_spec = backend, make_spec
+        self.budget_s, self.on_probe, self.clock = budget_s, on_probe, clock
         self.started = clock() if started is None else started
         self._replay = list(finished or [])
         self._carried = self._replay[-1][1] if self._replay else 0.0  # the interrupted run's time
@@ -162,7 +164,8 @@ class Session(Comparisons):
         key = settings_key(settings)
         if reuse and key in self._by_settings:
             return self._by_settings[key]
-        result = self._replayed(settings, role) or self.runner(f"p{len(self.probes) + 1:03d}", dict(settings), role)
+        result = self._replayed(settings, role) or self.backend.run(
+            self._spec(f"p{len(self.probes) + 1:03d}", settings, role), role)
         result.role = result.role or role
         self._record(result)
         self._by_settings.setdefault(key, result)
@@ -171,14 +174,14 @@ class Session(Comparisons):
     def measure(self, settings: dict[str, Any], role: str, against: ProbeResult) -> ProbeResult:
         """A setting to be judged against `against` (the current best): measured beside it in one lockstep pair
         where the two can be paired, so the judgement rests on moments both saw; a screen alone otherwise (a
-        loader change, no pairing runner, or too little memory for both). One pair replaces a screen followed
+        loader change, a backend that cannot pair, or too little memory for both). One pair replaces a screen followed
         by a duel: separate screens run in moments of the machine up to 2x apart (one tiny_batch_mlp screen of
         batch 128 read 0.50x of 64, ending its ladder; one lstm_collate screen of batch 32 read 1,089
         sequences/s where its duels read 650-750, and 64 looked 0.80x of it)."""
         key = settings_key(settings)
         if key in self._by_settings:
             return self._by_settings[key]
-        if self._pairing(against, settings, self.estimated_peak(settings, against)) is None:
+        if not self._can_pair(against, settings, self.estimated_peak(settings, against)):
             return self.run(settings, role)
         _, result = self.duel(against, settings, (DUEL_ROLE, role))
         if result.status is Status.OOM or (result.status is Status.STOPPED and not result.extra.get("budget_stopped")):
@@ -187,15 +190,17 @@ class Session(Comparisons):
             result = self._by_settings[key] = self.run(settings, role, reuse=False)
         return result
 
-    def _pairing(self, reference: ProbeResult, settings: dict[str, Any], peak: float | None):
-        """The runner's lockstep pair for `reference` beside `settings` (whose probe peaks at `peak` bytes), or
-        None where it cannot measure them together: no pairing runner (DDP, --executor ray), different loaders
-        (see `together`), or both would not fit in memory at once (`runner.pair_memory_bytes`)."""
-        pair = getattr(self.runner, "pair", None) if together(reference.settings, settings) else None
-        room = getattr(self.runner, "pair_memory_bytes", None)
-        if pair is not None and room and (reference.peak_memory_bytes or 0) + (peak or 0) > room:
-            return None
-        return pair
+    def _can_pair(self, reference: ProbeResult, settings: dict[str, Any], peak: float | None) -> bool:
+        """Whether the backend can measure `reference` beside `settings` (whose probe peaks at `peak` bytes) in a
+        lockstep pair: not where it cannot pair at all (DDP, --executor ray), with different loaders (see
+        `together`), or where both would not fit in memory at once (`backend.pair_memory_bytes`)."""
+        if not (self.backend.can_pair and together(reference.settings, settings)):
+            return False
+        room = self.backend.pair_memory_bytes
+        return not (room and (reference.peak_memory_bytes or 0) + (peak or 0) > room)
+
+    def _spec(self, probe_id: str, settings: dict[str, Any], role: str) -> ProbeSpec:
+        return self.make_spec(probe_id, dict(settings), role, self.time_left(role))
 
     def extrapolated_peak(self, settings: dict[str, Any]) -> float | None:
         """The peak memory of `settings` on the straight line through the two largest batches measured with the
@@ -225,16 +230,16 @@ class Session(Comparisons):
     def duel(self, reference: ProbeResult, candidate: ProbeResult | dict[str, Any],
              roles: tuple[str, str] = (DUEL_ROLE, DUEL_ROLE), first: int = 0) -> tuple[ProbeResult, ProbeResult]:
         """Measure both settings again (`candidate`: a probe, or settings not yet measured), together in
-        lockstep, step by step (`runner.pair`: probe/lockstep.py), so both see the same moments of the
-        machine; one after the other where the runner cannot pair them (`_pairing`). `first` is the side that
+        lockstep, step by step (`backend.pair`: probe/lockstep.py), so both see the same moments of the
+        machine; one after the other where the backend cannot pair them (`_can_pair`). `first` is the side that
         moves (or runs) first. Returns the new (reference, candidate) results."""
         if isinstance(candidate, ProbeResult):
-            pair = self._pairing(reference, candidate.settings, candidate.peak_memory_bytes)
+            paired = self._can_pair(reference, candidate.settings, candidate.peak_memory_bytes)
             candidate = candidate.settings
         else:
-            pair = self._pairing(reference, candidate, self.estimated_peak(candidate, reference))
+            paired = self._can_pair(reference, candidate, self.estimated_peak(candidate, reference))
         reference = reference.settings
-        if pair is None:  # in turn, each recorded as it finishes (a resumed run replays them in this order)
+        if not paired:  # in turn, each recorded as it finishes (a resumed run replays them in this order)
             sides = (reference, candidate)
             done = {i: self.run(sides[i], roles[i], reuse=False) for i in ((0, 1) if first == 0 else (1, 0))}
             a, b = done[0], done[1]
@@ -245,8 +250,9 @@ class Session(Comparisons):
                 self._record(a)
             if b is None:
                 n = len(self.probes)
-                jobs = [(f"p{n + 1:03d}", dict(reference), roles[0]), (f"p{n + 2:03d}", dict(candidate), roles[1])]
-                a, b = pair(jobs, first)
+                specs = [self._spec(f"p{n + 1:03d}", reference, roles[0]),
+                         self._spec(f"p{n + 2:03d}", candidate, roles[1])]
+                a, b = self.backend.pair(specs, list(roles), first)
             for result, role in ((a, roles[0]), (b, roles[1])):
                 result.role = result.role or role
                 self._record(result)
@@ -255,14 +261,14 @@ class Session(Comparisons):
         return a, b
 
     def run_many(self, settings_list: list[dict[str, Any]], role: str) -> list[ProbeResult]:
-        """Independent probes together when the runner runs probes side by side (`runner.many`: --executor ray),
-        each recorded as it finishes; one after another otherwise, and while replaying a resumed run."""
-        many = getattr(self.runner, "many", None)
+        """Independent probes together where the backend runs several side by side (`backend.width` from 2:
+        --executor ray), each recorded as it finishes; one after another otherwise, and while replaying a resumed
+        run."""
         fresh = [s for s in settings_list if settings_key(s) not in self._by_settings]
-        if many is None or self._replay or len(fresh) < 2:
+        if self.backend.width < 2 or self._replay or len(fresh) < 2:
             return [self.run(s, role) for s in settings_list]
-        jobs = [(f"p{len(self.probes) + 1 + i:03d}", dict(s), role) for i, s in enumerate(fresh)]
-        for result in many(jobs):
+        jobs = [(self._spec(f"p{len(self.probes) + 1 + i:03d}", s, role), role) for i, s in enumerate(fresh)]
+        for result in self.backend.many(jobs):
             result.role = result.role or role
             self._record(result)
             self._by_settings.setdefault(settings_key(result.settings), result)

@@ -1,0 +1,265 @@
+"""`analyze`: inspect the workload, start its record, pick the backend, plan and run probes, rank the findings, write
+the reports. The steps are the functions below it."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from .. import environment, executors, results, rules, rundir
+from ..collectors import designate, flops
+from ..distributed import launch
+from ..errors import UsageError
+from ..planner import Outcome, PlanContext, Session, plan
+from ..planner.session import DUEL_ROLE, protocol_for
+from ..probe.backend import ProbeBackend
+from ..probe.result import ProbeResult
+from ..probe.spec import ProbeSpec
+from ..render import write_reports
+from ..results import RunRecord
+from .inspection import INSPECT_TIMEOUT_S, Inspection, device_facts, inspect_workload
+from .observer import AnalysisObserver, SilentObserver
+from .options import AnalyzeOptions
+
+MIN_PROBE_S = 1.0  # a probe started at the budget's end (the confirmation) still gets this long
+FINISH_RESERVE_S = 3.0  # what the rules and the reports (charts included) take after the last probe
+CALIBRATION_SHARE = 0.1  # of the budget, at most, for measuring the machine's peaks (a first run per machine)
+
+
+@dataclass
+class Analysis:
+    """What `analyze` found; `document` is the results.json it wrote."""
+
+    baseline: ProbeResult
+    recommended: ProbeResult
+    speedup: dict[str, Any] | None
+    probes: list[ProbeResult]
+    notes: list[str]
+    unexplored: list[str]
+    out_dir: Path
+    document: dict[str, Any] = field(repr=False)
+
+    @property
+    def results_path(self) -> Path:
+        return self.out_dir / "results.json"
+
+    @property
+    def changes(self) -> dict[str, Any]:
+        """The recommended settings that differ from the baseline."""
+        return {k: v for k, v in self.recommended.settings.items() if self.baseline.settings.get(k) != v}
+
+
+def analyze(path: str | Path, options: AnalyzeOptions | None = None,
+            observer: AnalysisObserver | None = None) -> Analysis:
+    """Plan and run probes for the workload file at `path`; write results.json and the reports; return the Analysis.
+
+    One run at a time per output folder (a lock; a second gets UsageError). Ctrl-C (KeyboardInterrupt) stops the
+    running probe, saves what finished as results.json and reports, and re-raises. `options.resume`: continue the
+    run that the output folder holds, reusing its finished probes; refused (UsageError) when the workload file, the
+    settings space or the hardware changed since.
+    """
+    started = time.monotonic()  # the budget covers the whole analysis, inspecting the workload included
+    options, observer = options or AnalyzeOptions(), observer or SilentObserver()
+    out_dir = prepare_out_dir(options.out or default_out_dir(path))
+    workdir = out_dir / "probes"
+    with rundir.locked(out_dir), _file_errors():
+        rundir.remove_temp_files(out_dir)
+        previous = _previous_run(out_dir / "results.json", observer.on_notice) if options.resume else None
+        finished = rundir.finished_probes(previous, out_dir / "results.json") if previous else []
+        device = environment.resolve_device(options.device)
+        layout = launch.check(options.nproc_per_node, options.nnodes, options.rdzv_endpoint, device)  # DDP, or None
+        remote = executors.connect(options.executor, options.ray_address, device, workdir)  # fails before inspecting
+        inspect_s = INSPECT_TIMEOUT_S if options.budget is None else min(INSPECT_TIMEOUT_S, options.budget)
+        info = inspect_workload(path, device, workdir, inspect_s)
+        memory = _memory_budget(options.max_memory, previous, device)
+        record = _start_record(path, out_dir, options, info, device, layout, memory, previous)
+        backend = remote or executors.local_backend(device, layout, workdir, memory)
+        session = _session(record, backend, ProbeSpecs(info, device, layout, options, observer), options.budget,
+                           started, finished, observer)
+        observer.on_start(info, session)
+        ctx = PlanContext(baseline=info.baseline, search=info.search, workload=info.facts,
+                          device=replace(device_facts(device), world_size=launch.world_size(layout)),
+                          memory_budget_bytes=memory, explore=options.only_knobs or None)
+        try:
+            outcome = plan(ctx, session, options.strategy)
+        except KeyboardInterrupt:  # the running probe's group is killed already (probe.runner); keep what finished
+            if not session.replaying:  # mid-replay the file on disk still holds every finished probe
+                _interrupted(record, session, resuming=previous is not None)
+                write_reports(record.document, out_dir)  # a second Ctrl-C may cut this short: results.json is saved
+            raise
+        finally:
+            backend.close()
+        _complete(record, outcome, session, options, resuming=previous is not None)
+        write_reports(record.document, out_dir)
+        return Analysis(outcome.baseline, outcome.recommended, outcome.speedup, outcome.probes, outcome.notes,
+                        outcome.unexplored, out_dir, record.document)
+
+
+def default_out_dir(path: str | Path) -> Path:
+    return Path("tune-advisor-report") / Path(path).stem
+
+
+def prepare_out_dir(out: Path) -> Path:
+    try:
+        (out / "probes").mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"cannot write to the output folder {out}: {exc.strerror or exc}") from None
+    return out
+
+
+@contextlib.contextmanager
+def _file_errors():
+    """A full disk or a folder gone read-only while the run writes its files: a clear message, not a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:  # not a file's problem (a pipe, a process): a bug to see whole
+            raise
+        raise UsageError(f"{exc.filename}: {exc.strerror or exc}") from None
+
+
+def _previous_run(results_path: Path, notice: Callable[[str], None]) -> dict[str, Any] | None:
+    """The results.json an interrupted run left, for --resume (UsageError when it is unreadable)."""
+    if not results_path.exists():
+        notice(f"--resume: {results_path} does not exist, so there is nothing to resume: starting afresh")
+        return None
+    previous = results.read(results_path)
+    state = previous.get("run", {}).get("state", "unknown")
+    verb = "had finished" if state == "complete" else "was interrupted" if state == "interrupted" else "was stopped"
+    n = len(previous["probes"])
+    notice(f"--resume: the run in {results_path.parent} {verb}; its {n} finished probe{'s' if n != 1 else ''} "
+           f"{'are' if n != 1 else 'is'} reused, not run again")
+    return previous
+
+
+def _memory_budget(max_memory: int | None, previous: dict[str, Any] | None, device: str) -> int | None:
+    """The memory the batch ladder (and a lockstep pair) may use: --max-memory; else the one the interrupted run
+    was planned with (the default depends on free memory); else on a CPU 80% of the memory available (past it the
+    OOM killer takes the machine); None on a GPU."""
+    import psutil
+
+    if max_memory is None and previous:
+        max_memory = previous.get("budget", {}).get("memory_budget_bytes")
+    if max_memory is None and device == "cpu":
+        max_memory = int(0.8 * psutil.virtual_memory().available)
+    return max_memory
+
+
+def calibration_limit(budget_s: float | None) -> float:
+    """How long measuring the machine's peak FLOP/s may take: flops' own bound, or a tenth of a short budget."""
+    return flops.PEAK_TIMEOUT_S if budget_s is None else max(0.5, min(flops.PEAK_TIMEOUT_S,
+                                                                      CALIBRATION_SHARE * budget_s))
+
+
+def _start_record(path: str | Path, out_dir: Path, options: AnalyzeOptions, info: Inspection, device: str,
+                  layout: dict[str, Any] | None, memory: int | None, previous: dict[str, Any] | None) -> RunRecord:
+    """The run's record, with the machine's peaks; saved, unless the file on disk holds an interrupted run's
+    probes that this run resumes (UsageError when that run measured something else: another workload file,
+    settings space or machine)."""
+    identity = rundir.identity(info.path, {
+        "device": device, "baseline": info.baseline, "search": info.search, "strategy": options.strategy,
+        "protocol": dataclasses.asdict(options.protocol), "seed": options.seed,
+        "max_memory_bytes": options.max_memory, "knobs": sorted(options.only_knobs) if options.only_knobs else None,
+        "distributed": layout})
+    record = RunRecord.start(
+        out_dir / "results.json", command=list(options.command or sys.argv), environment=environment.collect(device),
+        workload={"path": str(path), "model_class": info.facts.model_class, "parameters": info.facts.parameters,
+                  "facts": vars(info.facts), "item_name": info.item_name, "search": info.search},
+        limit_s=options.budget, memory_budget_bytes=memory,
+        execution={"executor": options.executor, "distributed": layout}, identity=identity)
+    if previous is not None:
+        changed = rundir.changes(previous, identity, record.document["environment"]["fingerprint"])
+        if changed:
+            raise UsageError(f"--resume: cannot continue the run in {out_dir}: {'; '.join(changed)}, so its "
+                             "probes do not measure this one. Run without --resume to start afresh (replacing "
+                             "its results), or choose another folder with -o")
+        record.continues(previous)
+    # The roofline for MFU: measured once per machine and cached; children only read the cache. It counts
+    # against the budget like everything else the user waits for, so it gets a small share of it.
+    record.set_peaks(*flops.ensure_peaks(device, timeout_s=calibration_limit(options.budget)))
+    if previous is None or not previous["probes"]:  # resuming, it keeps them until the replay is over
+        record.save()
+    return record
+
+
+@dataclass
+class ProbeSpecs:
+    """The Session's spec maker in an analysis: each probe's spec from the options and what is left of the budget
+    for it; the observer hears of the probe first."""
+
+    info: Inspection
+    device: str
+    layout: dict[str, Any] | None
+    options: AnalyzeOptions
+    observer: AnalysisObserver
+
+    def __post_init__(self):
+        self.profiled = designate.ProfilePolicy(enabled=self.options.profile)  # the baseline and the recommended
+
+    def __call__(self, probe_id: str, settings: dict[str, Any], role: str, left_s: float | None) -> ProbeSpec:
+        self.observer.on_probe_start(probe_id, settings, role)
+        left = None if left_s is None else max(left_s, MIN_PROBE_S)
+        o = self.options
+        return ProbeSpec(id=probe_id, workload=str(self.info.path), settings=settings, device=self.device,
+                         protocol=protocol_for(role, o.protocol, left), timeout_s=o.probe_timeout, seed=o.seed,
+                         profile=self.profiled(role), count_flops=role != DUEL_ROLE, distributed=self.layout,
+                         budget_left_s=left)
+
+
+def _session(record: RunRecord, backend: ProbeBackend, specs: ProbeSpecs, budget_s: float | None, started: float,
+             finished: list[tuple[ProbeResult, float, dict]], observer: AnalysisObserver) -> Session:
+    """The planner's session: probes through `backend`; each one recorded, saved (not while a resumed run's
+    finished probes are replayed: the file on disk holds them already) and shown to the observer."""
+    saved = {id(result): entry for result, _, entry in finished}  # replayed probes are saved as they were
+
+    def recorded(result: ProbeResult) -> None:
+        record.add_probe(saved.get(id(result)) or {**result.to_dict(), "elapsed_s": round(session.elapsed(), 3)})
+        record.spent(used_s=round(session.elapsed(), 3), probes_run=len(session.probes),
+                     unexplored=session.unexplored)
+        if not session.replaying:
+            record.save()
+        observer.on_probe(result, session)
+
+    # The budget ends when the last file is written: the planner stops where rules and reports still fit.
+    planning_s = None if budget_s is None else max(0.0, budget_s - FINISH_RESERVE_S)
+    session = Session(backend, planning_s, on_probe=recorded, started=started,
+                      finished=[(result, elapsed) for result, elapsed, _ in finished], make_spec=specs)
+    return session
+
+
+def _interrupted(record: RunRecord, session: Session, resuming: bool) -> None:
+    if resuming:
+        record.resumed([p.id for p in session.reused], [p.id for p in session.discarded])
+    record.interrupted([f"interrupted after {len(session.probes)} probes, before a recommendation; "
+                        "`tune-advisor analyze --resume` continues the run"])
+    record.save()
+
+
+def _complete(record: RunRecord, outcome: Outcome, session: Session, options: AnalyzeOptions,
+              resuming: bool) -> None:
+    """The plan is over: the recommendation, the figures, the rules' findings and the budget, saved."""
+    session.end_replay()
+    if session.discarded:
+        outcome.notes.append(f"resumed: the plan left the interrupted run's path at {session.discarded[0].id} "
+                             f"(e.g. a different budget), so {len(session.discarded)} of its probes were not "
+                             "reused")
+    if resuming:
+        record.resumed([p.id for p in session.reused], [p.id for p in session.discarded])
+    unit = outcome.baseline.unit
+    record.complete(baseline=outcome.baseline.to_dict(), recommended=outcome.recommended.to_dict(),
+                    speedup=outcome.speedup,
+                    # each setting's best-founded throughput, from all of its runs (Session.figure)
+                    figures={"baseline": session.figure(outcome.baseline.settings, unit),
+                             "recommended": session.figure(outcome.recommended.settings, unit)},
+                    notes=outcome.notes, plan=outcome.plan_summary())
+    record.set_findings(rules.evaluate(record.document, options.select, options.ignore))
+    record.spent(used_s=round(session.elapsed(), 3), probes_run=len(session.probes), unexplored=outcome.unexplored)
+    record.save()

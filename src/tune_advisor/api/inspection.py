@@ -1,0 +1,66 @@
+"""The workload file as a child process loads it (`inspect_workload`), and the device facts the knobs depend on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import environment, hardware, knobs
+from .. import workload as workload_mod
+from ..errors import WorkloadError
+from ..probe.runner import classify_exit, spawn_child
+from ..probe.spec import ProbeSpec
+
+INSPECT_TIMEOUT_S = 300.0
+
+
+@dataclass
+class Inspection:
+    """What the inspect child found in the workload file."""
+
+    path: Path
+    facts: knobs.WorkloadFacts
+    baseline: dict[str, Any]  # every knob: defaults overlaid with the file's BASELINE
+    search: dict[str, list]
+    item_name: str
+    optional: list[str]
+
+
+def inspect_workload(path: str | Path, device: str, workdir: Path,
+                     timeout_s: float = INSPECT_TIMEOUT_S) -> Inspection:
+    """Load and check the workload in a child process. Raises WorkloadError (exit 2) for every load problem."""
+    shown = str(path)
+    resolved = workload_mod.check_file(path)
+    spec = ProbeSpec(id="inspect", workload=str(resolved), settings=knobs.full_settings(), device=device,
+                     timeout_s=timeout_s, mode="inspect")
+    run = spawn_child(spec, workdir)
+    if run.timed_out:
+        raise WorkloadError(shown, f"loading the workload took longer than {timeout_s:g} s "
+                                   f"(stuck while {run.phase or 'starting'})",
+                            "make build_model()/build_dataset() fast")
+    if run.result is None:
+        _, cause = classify_exit(run, spec)
+        raise WorkloadError(shown, f"the process loading the workload {cause}",
+                            "run build_model() and build_dataset() by hand to find the fault")
+    if run.result.get("status") == "load_error":
+        error = run.result["error"]
+        raise WorkloadError(shown, error["cause"], error["fix"], line=error.get("line"))
+    return Inspection(path=resolved, facts=knobs.WorkloadFacts(**run.result["facts"]),
+                      baseline=knobs.full_settings(run.result["baseline"]), search=run.result["search"],
+                      item_name=run.result["item_name"], optional=run.result["optional"])
+
+
+def device_facts(device: str) -> knobs.DeviceFacts:
+    """What decides which knobs apply on `device`; bf16 counts only where the hardware computes it natively
+    (emulated, autocast still runs but many times slower: probing it would only spend the budget)."""
+    import torch
+
+    bf16 = hardware.native_types(device).bf16
+    if device.startswith("cuda"):
+        dev = torch.device(device)
+        return knobs.DeviceFacts("cuda", torch.cuda.get_device_name(dev), bf16.native, bf16.reason,
+                                 tf32=torch.cuda.get_device_capability(dev) >= (8, 0),
+                                 compile_unavailable=environment.compile_unavailable("cuda"))
+    return knobs.DeviceFacts("cpu", environment.cpu_model(), bf16.native, bf16.reason,
+                             compile_unavailable=environment.compile_unavailable("cpu"))

@@ -1,0 +1,91 @@
+"""What `analyze` is asked to do (`AnalyzeOptions`), parsed and checked once, before anything runs."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from .. import executors, knobs, rules
+from ..errors import UsageError
+from ..planner import STRATEGIES
+from ..probe.spec import Protocol
+
+DEFAULT_BUDGET_S = 15 * 60
+DEFAULT_PROBE_TIMEOUT_S = 120.0
+
+
+def parse_duration(text: str | float | int | None) -> float | None:
+    """'90s', '5m', '1h', '1m30s' or plain seconds -> seconds."""
+    if text is None or isinstance(text, (int, float)):
+        return None if text is None else float(text)
+    match = re.fullmatch(r"\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s?)?\s*", text)
+    if not text.strip() or not match or not any(match.groups()):
+        raise UsageError(f"'{text}' is not a duration; use e.g. 90s, 5m, 1h")
+    h, m, s = (float(g) if g else 0.0 for g in match.groups())
+    return h * 3600 + m * 60 + s
+
+
+def parse_bytes(text: str | int | None) -> int | None:
+    """'8GiB', '512MB', '2G' or plain bytes -> bytes."""
+    if text is None or isinstance(text, int):
+        return text
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B)?\s*", text, re.IGNORECASE)
+    if not match:
+        raise UsageError(f"'{text}' is not a memory size; use e.g. 8GiB or 512MB")
+    power = " KMGT".index(match.group(2).upper() or " ")
+    return int(float(match.group(1)) * 1024**power)
+
+
+@dataclass(frozen=True)
+class AnalyzeOptions:
+    """Every option of `analyze`, checked when made (UsageError, before any probe runs) and normalised: `budget`
+    and `probe_timeout` accept '5m', '90s' or seconds and hold seconds (budget None: no limit); `max_memory`
+    accepts '8GiB' or bytes and holds bytes; `out` holds a Path, `protocol` a Protocol (None: the default), and
+    sequences tuples.
+
+    `out`: the output folder (default tune-advisor-report/<stem>). `device`: auto, cpu, cuda or cuda:N.
+    `only_knobs`: the only knobs the adaptive planner explores. `select`/`ignore`: rule code prefixes. `profile`:
+    torch.profiler on the baseline and recommended probes. `command`: recorded in results.json (default
+    sys.argv). `nproc_per_node`, `nnodes`, `rdzv_endpoint`: DDP probes through torchrun. `executor`: local or ray
+    (`ray_address`: the cluster to join). `resume`: continue the interrupted run in `out`, reusing its finished
+    probes.
+    """
+
+    out: Path | str | None = None
+    device: str = "auto"
+    budget: float | str | None = DEFAULT_BUDGET_S
+    probe_timeout: float | str = DEFAULT_PROBE_TIMEOUT_S
+    max_memory: int | str | None = None
+    protocol: Protocol | None = field(default_factory=Protocol)
+    seed: int = 0
+    strategy: str = "adaptive"
+    only_knobs: Sequence[str] | None = None
+    select: Sequence[str] | None = None
+    ignore: Sequence[str] | None = None
+    profile: bool = True
+    command: Sequence[str] | None = None
+    nproc_per_node: int = 1
+    nnodes: int = 1
+    rdzv_endpoint: str | None = None
+    executor: str = "local"
+    ray_address: str | None = None
+    resume: bool = False
+
+    def __post_init__(self):
+        if self.strategy not in STRATEGIES:
+            raise UsageError(f"--strategy {self.strategy}: expected one of {', '.join(STRATEGIES)}")
+        rules.chosen(self.select, self.ignore)  # a bad --select/--ignore fails now, not after the probes
+        unknown = [name for name in self.only_knobs or [] if name not in knobs.KNOBS]
+        if unknown:
+            raise UsageError(f"--knobs {','.join(unknown)}: no such knob; the knobs are {', '.join(knobs.KNOBS)}")
+        executors.check(self.executor, self.ray_address)
+        normal = {"budget": parse_duration(self.budget), "probe_timeout": parse_duration(self.probe_timeout),
+                  "max_memory": parse_bytes(self.max_memory), "out": None if self.out is None else Path(self.out),
+                  "protocol": self.protocol or Protocol()}
+        for name in ("only_knobs", "select", "ignore", "command"):
+            value = getattr(self, name)
+            normal[name] = None if value is None else tuple(value)
+        for name, value in normal.items():
+            object.__setattr__(self, name, value)  # frozen: normalised once, here
