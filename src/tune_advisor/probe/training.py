@@ -19,7 +19,7 @@ from .. import workload as wl_mod
 from ..analysis.stats import wave_noise
 from ..collectors.nvml import NvmlSampler
 from ..distributed import rank as ddp_rank
-from . import apply, extra_steps, lockstep
+from . import apply, device_clock, extra_steps, lockstep
 from .evidence import (CompileStats, KnobEvidence, StepSeries, debug_switches, memory_peaks, optimizer_flags,
                        tree_cpu_seconds)
 from .spec import ProbeSpec
@@ -96,6 +96,13 @@ class Training:
         self.non_blocking = self.loader.pin_memory
         self.channels_last = bool(settings["channels_last"])
         self.cuda = device.type == "cuda"
+        # A GPU's steps are timed on the GPU, read a few steps late, so the host can enqueue the next batch's copy
+        # while the GPU computes (probe/device_clock.py); lockstep and DDP steps must end before the next one.
+        self.clock = device_clock.for_probe(device.type, torch.cuda if self.cuda else None,
+                                            host_paced=self.baton.active or self.ddp is not None)
+        self.in_flight: dict[int, tuple] = {}  # step -> what the host saw of it, until the device has run it
+        self.host_copy_s: list[float] = []  # measured steps: the host's time in the copy call, and the device's
+        self.device_copy_s: list[float | None] = []
 
     def next_batch(self):
         try:
@@ -112,7 +119,9 @@ class Training:
         epoch = self.epochs
         host_batch = self.next_batch()
         t1 = time.perf_counter()
+        self.clock.copy_start()
         batch = apply.to_device(host_batch, self.device, self.non_blocking, self.channels_last)
+        self.clock.copy_end()
         t2 = time.perf_counter()
         with apply.autocast(self.settings, self.device.type):
             loss = self.loss_fn(self.model, batch)
@@ -124,19 +133,26 @@ class Training:
             loss.backward()
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        value = loss.detach().float().item()  # also synchronises the device
-        if self.cuda:
-            torch.cuda.synchronize()
-        t3 = time.perf_counter()
+        # The host batch stays referenced until the device has run the step: its pinned pages feed an async copy.
+        self.in_flight[step] = (t0, t1, t2, host_batch, record, self.epochs != epoch)
+        finished = self.clock.end(step, loss, t0, sync=not record)  # warm-up and extra steps: each over at once
         if step == 0:
             self.evidence.after_first_step(host_batch, batch, self.loader, self.batches)
-        if not math.isfinite(value):
-            self.series.non_finite_loss(step)
+        seconds = [self._finished(done) for done in finished]
+        return seconds[-1] if seconds else float("nan")
+
+    def _finished(self, done: device_clock.Finished) -> float:
+        """A step the device has run: its loss checked, its figures kept if it was measured. Returns its seconds."""
+        t0, t1, t2, host_batch, record, new_epoch = self.in_flight.pop(done.step)
+        if not math.isfinite(done.loss):
+            self.series.non_finite_loss(done.step)
             kind = "warm-up " if not record else ""
-            raise Diverged(f"loss became {value} at {kind}step {step + 1}")
+            raise Diverged(f"loss became {done.loss} at {kind}step {done.step + 1}")
         if record:
-            self.series.add(step, t0, t1, t2, t3, host_batch, value, new_epoch=self.epochs != epoch)
-        return t3 - t0
+            self.series.add(done.step, t0, t1, t2, t0 + done.seconds, host_batch, done.loss, new_epoch=new_epoch)
+            self.host_copy_s.append(t2 - t1)
+            self.device_copy_s.append(done.copy_s)
+        return done.seconds
 
     def forward_backward(self) -> float:
         """One step's forward and backward without the optimizer (for the FLOP counter); returns its items."""
@@ -203,13 +219,16 @@ class Training:
         try:
             while baton.wait():  # always true unless in lockstep, where the parent decides when both sides stop
                 self.step(self.next_step, record=True)
-                baton.done(raw["step_s"][-1], raw["items"][-1])
+                if baton.active:  # its steps use the host clock: this step's figures are in raw already
+                    baton.done(raw["step_s"][-1], raw["items"][-1])
                 self.next_step += 1
                 if baton.active:
                     continue
                 done = stop.done(raw["step_s"], time.perf_counter() - measure_start)
                 if ddp.agree(done) if ddp else done:  # DDP ranks must run the same steps: rank 0 decides for all
                     break
+            for done in self.clock.flush():  # the steps still on the GPU: measured, so they count
+                self._finished(done)
             self.measured_wall = time.perf_counter() - measure_start - baton.idle_s  # lockstep: minus the
             self.cpu_used = tree_cpu_seconds(me) - cpu_before  # partner's turns
         finally:
@@ -221,6 +240,9 @@ class Training:
         out, extra, raw, settings = self.out, self.out["extra"], self.out["raw"], self.settings
         if self.compile_stats:
             extra["compile"] = self.compile_stats.summary(settings["compile"], self.warmup_step_s, raw["step_s"])
+        copies = device_clock.overlap(self.host_copy_s, self.device_copy_s)
+        if copies is not None:  # a GPU timed by events: how much of each batch's copy the host did not wait for
+            extra["h2d"] = {**copies, "non_blocking": self.non_blocking, "clock": "cuda events"}
         wall = self.measured_wall
         shapes = self.series.shape_facts()
         extra.update({
