@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from tune_advisor import results, rundir
+from tune_advisor import files, results, rundir
 
 from ..conftest import WORKLOADS, tagged_processes
 
@@ -227,7 +227,7 @@ def test_a_full_disk_mid_run_keeps_the_last_good_results_and_exits_2(cli, tmp_pa
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         real_fsync(fd)
 
-    monkeypatch.setattr(results.os, "fsync", fsync)
+    monkeypatch.setattr(files.os, "fsync", fsync)  # every atomic write fsyncs there (results.json first)
     out = tmp_path / "out"
     result = cli("analyze", WORKLOADS / "tiny_mlp.py", "-o", out, "--budget", "1s", *FAST_FLAGS, "--quiet")
     # THEN a clear message and exit 2, the last good results.json intact, no temporary file, the folder free
