@@ -54,10 +54,21 @@ def test_a_context_is_measured_as_the_memory_the_gpu_gained_when_this_process_st
     assert size == 502 * MiB and "NVML" in how  # the context and the allocator's first block, not the tenant's
 
 
-def test_a_context_created_before_cannot_be_measured_and_says_so():
+def test_a_context_created_before_is_this_process_s_memory_in_nvml_s_process_list(monkeypatch):
+    import os
+
     nvml = FakeNvml(used=3 * GiB)
-    size, how = cuda_memory.context_bytes("cuda", nvml=nvml, torch=FakeTorch(nvml, 500 * MiB, initialized=True))
-    assert size is None and "already" in how
+    nvml.processes = [SimpleNamespace(pid=1, usedGpuMemory=3 * GiB),
+                      SimpleNamespace(pid=os.getpid(), usedGpuMemory=480 * MiB)]
+    monkeypatch.setattr(nvml, "nvmlDeviceGetComputeRunningProcesses", lambda handle: nvml.processes, raising=False)
+    torch = FakeTorch(nvml, 500 * MiB, initialized=True)
+    torch.cuda.get_device_properties = lambda device: (_ for _ in ()).throw(RuntimeError("no CUDA in the test"))
+    size, how = cuda_memory.context_bytes("cuda", nvml=nvml, torch=torch)
+    assert size == 480 * MiB and "this process" in how
+    # AND a process NVML does not list (another PID namespace) says so
+    nvml.processes = nvml.processes[:1]
+    size, how = cuda_memory.context_bytes("cuda", nvml=nvml, torch=torch)
+    assert size is None and "no memory for this process" in how
 
 
 def test_a_pair_that_fits_by_allocated_peaks_does_not_fit_with_two_contexts_and_reserved_blocks():

@@ -950,3 +950,15 @@ def test_a_compile_outcome_that_changed_between_search_and_confirmation_is_noted
     assert compile_disagreement([probe("p004", 1), confirmed], [confirmed], settings) is None
     plain = ProbeResult("p1", knobs.full_settings({"batch_size": 16}), Status.OK)
     assert compile_disagreement([plain], [plain], plain.settings) is None
+
+
+def test_a_gpu_pair_is_judged_on_reserved_blocks_not_only_allocated_ones():
+    # GIVEN a reference that allocated 30 GiB but held 40 GiB reserved, and 70 GiB of room for a pair
+    backend = FakeBackend(lambda s: 1000.0, can_pair=True, pair_memory_bytes=70 * 2**30)
+    session = Session(backend)
+    reference = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
+    reference.peak_memory_bytes, reference.memory = 30 * 2**30, {"cuda_max_reserved_bytes": 40 * 2**30}
+    other = knobs.full_settings({"batch_size": 16, "amp": "bf16"})
+    # THEN a candidate of 35 GiB does not pair beside it (30 + 35 fit; 40 + 35 do not), and one of 25 GiB does
+    assert not session._can_pair(reference, other, 35 * 2**30)
+    assert session._can_pair(reference, other, 25 * 2**30)

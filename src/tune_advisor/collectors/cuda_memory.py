@@ -9,19 +9,20 @@ tests fake any GPU.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 PAIR_SHARE = 0.9  # of the GPU's memory, for the two probes of a pair: the rest is fragmentation and other tenants
 
 
 def context_bytes(device: str, nvml: Any = None, torch: Any = None) -> tuple[int | None, str]:
-    """(bytes one CUDA context takes on `device`, how that was found): NVML's used memory on the GPU before and
-    after this process creates its context (NVML itself creates none). (None, why) when it cannot be measured:
-    no NVML, or the context existed already (then the difference is not this process's)."""
+    """(bytes one CUDA context takes on `device`, how that was found); (None, why) when it cannot be measured.
+
+    NVML's per-process list first: this process (the analysis' parent) allocates nothing on the GPU, so what NVML
+    counts for it is its context. Else, before this process has created a context: NVML's used memory before and
+    after creating it (NVML itself creates none)."""
     if torch is None:
         import torch  # heavy: only a run on a GPU gets here
-    if torch.cuda.is_initialized():
-        return None, "not measured: this process had created its CUDA context already"
     if nvml is None:
         try:
             import pynvml as nvml
@@ -31,19 +32,28 @@ def context_bytes(device: str, nvml: Any = None, torch: Any = None) -> tuple[int
 
     try:
         nvml.nvmlInit()
+    except Exception as exc:
+        return None, f"not measured: NVML did not start ({exc})"
+    try:
+        if torch.cuda.is_initialized():
+            handle, _ = device_handle(nvml, device)
+            mine = [p for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle) if p.pid == os.getpid()]
+            if mine and mine[0].usedGpuMemory:
+                return int(mine[0].usedGpuMemory), "NVML's memory of this process, which holds only its context"
+            return None, "not measured: NVML lists no memory for this process (another PID namespace?)"
         handle, _ = device_handle(nvml, device, identity={})  # CUDA cannot be asked before its context exists
         before = nvml.nvmlDeviceGetMemoryInfo(handle).used
         torch.cuda.init()
         torch.zeros(1, device=device)  # the context and the allocator's first block
         after = nvml.nvmlDeviceGetMemoryInfo(handle).used
-    except Exception as exc:  # a driver without NVML memory info, a GPU lost: the pair cap stays without it
+        return max(0, int(after - before)), "NVML used memory before and after this process's CUDA context"
+    except Exception as exc:  # a driver without per-process or memory info, a GPU lost: the cap goes without it
         return None, f"not measured: {exc}"
     finally:
         try:
             nvml.nvmlShutdown()
         except Exception:
             pass
-    return max(0, int(after - before)), "NVML used memory before and after this process's CUDA context"
 
 
 def pair_room(total_bytes: int, context: int | None, memory_budget: int | None = None,

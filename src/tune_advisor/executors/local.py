@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
+from ..collectors import cuda_memory
 from ..probe import lockstep
 from ..probe.backend import Job
 from ..probe.result import ProbeResult
@@ -16,13 +17,15 @@ from ..probe.spec import ProbeSpec
 
 def pair_memory(device: str, memory_budget: int | None) -> int | None:
     """The memory two probes measured together in lockstep may use between them: the memory budget on a CPU;
-    on a GPU they share its memory, so (of --max-memory, if smaller) most of it."""
+    on a GPU they share its memory: most of it (of --max-memory, if smaller), less a CUDA context for each
+    (collectors/cuda_memory.py)."""
     if not device.startswith("cuda"):
         return memory_budget
     import torch
 
-    room = int(0.9 * torch.cuda.get_device_properties(torch.device(device)).total_memory)
-    return min(room, memory_budget) if memory_budget else room
+    context, _ = cuda_memory.context_bytes(device)
+    total = torch.cuda.get_device_properties(torch.device(device)).total_memory
+    return cuda_memory.pair_room(total, context, memory_budget)
 
 
 class LocalBackend:

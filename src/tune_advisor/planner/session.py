@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from .. import knobs
 from ..analysis import stats
+from ..collectors import cuda_memory
 from ..probe.backend import ProbeBackend, SpecMaker, bare_spec
 from ..probe.result import ProbeResult, Status
 from ..probe.spec import ProbeSpec, Protocol
@@ -197,7 +198,9 @@ class Session(Comparisons):
         if not (self.backend.can_pair and together(reference.settings, settings)):
             return False
         room = self.backend.pair_memory_bytes
-        return not (room and (reference.peak_memory_bytes or 0) + (peak or 0) > room)
+        # On a GPU a process holds its allocator's reserved blocks, not only what is allocated (cuda_memory)
+        held = cuda_memory.footprint(reference.peak_memory_bytes, reference.memory)
+        return not (room and held + (peak or 0) > room)
 
     def _spec(self, probe_id: str, settings: dict[str, Any], role: str) -> ProbeSpec:
         return self.make_spec(probe_id, dict(settings), role, self.time_left(role))
