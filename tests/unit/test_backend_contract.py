@@ -1,13 +1,14 @@
 """Every ProbeBackend (probe/backend.py) against the one contract the Session relies on: the tests' fake, the local
-backend (real child probes of a tiny workload), torchrun and Ray (tasks of a local Ray instance). A torchrun probe
-is a DDP job of two ranks (10-20 s here, tests/integration/test_distributed.py runs them): its contract is
-checked without one."""
+backend (real child probes of a tiny workload), torchrun (a DDP job of two gloo ranks) and Ray (tasks of a local
+Ray instance). A torchrun probe takes about 6 s here, so torchrun runs one: `many` is LocalBackend's, checked
+there."""
 
 from __future__ import annotations
 
 import pytest
 
 from tune_advisor import knobs
+from tune_advisor.distributed.launch import layout
 from tune_advisor.executors.local import LocalBackend, TorchrunBackend
 from tune_advisor.probe.backend import ProbeBackend
 from tune_advisor.probe.result import ProbeResult, Status
@@ -17,12 +18,13 @@ from ..conftest import FAST, WORKLOADS
 from ..fakes import FakeBackend
 
 KINDS = ["fake", "local", "torchrun", "ray"]
-RUNS_PROBES = {"fake", "local", "ray"}
+RUNS_MANY = {"fake", "local", "ray"}
 
 
-def spec(probe_id: str, batch_size: int = 16) -> ProbeSpec:
+def spec(probe_id: str, batch_size: int = 16, kind: str = "local") -> ProbeSpec:
     return ProbeSpec(id=probe_id, workload=str(WORKLOADS / "tiny_mlp.py"), device="cpu", protocol=FAST,
-                     settings=knobs.full_settings({"batch_size": batch_size}), timeout_s=60.0)
+                     settings=knobs.full_settings({"batch_size": batch_size}), timeout_s=60.0,
+                     distributed=layout(2) if kind == "torchrun" else None)
 
 
 @pytest.fixture(scope="module")
@@ -55,11 +57,6 @@ def backend(kind, tmp_path, request):
     made.close()
 
 
-def needs_runs(kind: str) -> None:
-    if kind not in RUNS_PROBES:
-        pytest.skip(f"{kind}: no probe run in the unit tests")
-
-
 def test_it_says_how_many_probes_it_runs_at_once_whether_it_pairs_and_in_how_much_memory(backend):
     assert isinstance(backend, ProbeBackend)
     assert isinstance(backend.width, int) and backend.width >= 1
@@ -76,16 +73,18 @@ def test_a_backend_that_cannot_pair_refuses_a_pair(backend, kind):
 
 
 def test_run_returns_the_result_of_that_spec(backend, kind):
-    needs_runs(kind)
-    asked = spec("p001")
+    asked = spec("p001", kind=kind)
     result = backend.run(asked, "baseline")
     assert isinstance(result, ProbeResult) and result.status is Status.OK, result.error
     assert (result.id, result.role, result.settings) == ("p001", "baseline", asked.settings)
     assert result.measured and result.paired_with is None
+    if kind == "torchrun":  # the spec's layout reached torchrun
+        assert result.extra["distributed"]["world_size"] == 2
 
 
 def test_many_yields_one_result_per_job_each_as_its_own(backend, kind):
-    needs_runs(kind)
+    if kind not in RUNS_MANY:
+        pytest.skip(f"{kind}: LocalBackend's many")
     jobs = [(spec("p002"), "grid"), (spec("p003", 32), "grid")]
     results = {r.id: r for r in backend.many(jobs)}
     assert sorted(results) == ["p002", "p003"]
@@ -97,7 +96,6 @@ def test_many_yields_one_result_per_job_each_as_its_own(backend, kind):
 def test_a_pair_is_measured_together_and_returned_in_the_order_asked(backend, kind):
     if not backend.can_pair:
         pytest.skip(f"{kind} does not pair")
-    needs_runs(kind)
     a, b = backend.pair([spec("p004"), spec("p005", 32)], ["recheck", "knob:batch_size"], first=1)
     assert (a.id, a.role, a.settings["batch_size"]) == ("p004", "recheck", 16)
     assert (b.id, b.role, b.settings["batch_size"]) == ("p005", "knob:batch_size", 32)

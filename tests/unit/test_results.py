@@ -50,3 +50,42 @@ def test_unreadable_results_give_clear_errors(tmp_path, content, message):
     path.write_text(content)
     with pytest.raises(UsageError, match=message):
         results.read(path)
+
+
+def test_a_run_record_writes_the_document_in_the_order_readers_know(tmp_path):
+    # GIVEN a run started, a probe recorded, then completed
+    path = tmp_path / "results.json"
+    record = results.RunRecord.start(path, command=["tune-advisor", "analyze", "x.py"],
+                                     environment={"device": "cpu", "fingerprint": "f"}, workload={"path": "x.py"},
+                                     limit_s=60.0, memory_budget_bytes=2**30,
+                                     execution={"executor": "local", "distributed": None},
+                                     identity={"workload_sha256": "h", "space": {}})
+    record.continues({"run": {"resumed": [{"reused": ["p001"], "discarded": []}]}})
+    record.set_peaks({"fp32": 1e12}, "measured")
+    probe = ProbeResult("p001", {"batch_size": 8}, Status.OK, raw={"step_s": [0.1], "items": [8.0]}).to_dict()
+    record.add_probe(probe)
+    record.spent(used_s=1.5, probes_run=1, unexplored=["amp=bf16: over budget"])
+    record.save()
+    assert results.read(path)["run"]["state"] == "running" and results.read(path)["probes"] == [probe]
+    record.resumed(["p001"], [])
+    record.complete(baseline=probe, recommended=probe, speedup=None, figures={"baseline": None}, notes=["n"],
+                    plan={"strategy": "adaptive"})
+    record.set_findings([{"code": "TA101"}])
+    record.spent(used_s=2.0, probes_run=1, unexplored=[])
+    record.save()
+    # THEN the file holds every part, in the order analyze has always written them
+    saved = results.read(path)
+    assert list(saved) == ["schema_version", "tool", "created", "command", "environment", "workload", "baseline",
+                           "recommended", "speedup", "probes", "findings", "budget", "execution", "run", "figures",
+                           "notes", "plan"]
+    assert list(saved["run"]) == ["state", "workload_sha256", "space", "resumed"]
+    assert saved["run"]["state"] == "complete"
+    assert saved["run"]["resumed"] == [{"reused": ["p001"], "discarded": []}] * 2
+    assert saved["environment"]["peaks"] == {"status": "measured", "flops_per_s": {"fp32": 1e12}}
+    assert saved["budget"] == {"limit_s": 60.0, "used_s": 2.0, "probes_run": 1, "unexplored": [],
+                               "memory_budget_bytes": 2**30}
+    assert list(saved["budget"]) == ["limit_s", "used_s", "probes_run", "unexplored", "memory_budget_bytes"]
+    # AND an interrupted run says so, with its note
+    record.interrupted(["interrupted after 1 probes"])
+    assert record.document["run"]["state"] == "interrupted"
+    assert record.document["notes"] == ["interrupted after 1 probes"]

@@ -216,8 +216,8 @@ class ProbeSpecs:
 
 def _session(record: RunRecord, backend: ProbeBackend, specs: ProbeSpecs, budget_s: float | None, started: float,
              finished: list[tuple[ProbeResult, float, dict]], observer: AnalysisObserver) -> Session:
-    """The planner's session: probes through `backend`; each one recorded, saved (not while a resumed run's
-    finished probes are replayed: the file on disk holds them already) and shown to the observer."""
+    """The planner's session, probes through `backend`: each finished one is recorded, saved (not while a resumed
+    run's probes are replayed: the file on disk holds them already) and shown to the observer."""
     saved = {id(result): entry for result, _, entry in finished}  # replayed probes are saved as they were
 
     def recorded(result: ProbeResult) -> None:
@@ -236,6 +236,7 @@ def _session(record: RunRecord, backend: ProbeBackend, specs: ProbeSpecs, budget
 
 
 def _interrupted(record: RunRecord, session: Session, resuming: bool) -> None:
+    """Ctrl-C before a recommendation: the probes that finished, saved, and how to go on."""
     if resuming:
         record.resumed([p.id for p in session.reused], [p.id for p in session.discarded])
     record.interrupted([f"interrupted after {len(session.probes)} probes, before a recommendation; "

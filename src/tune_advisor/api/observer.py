@@ -10,6 +10,8 @@ from .inspection import Inspection
 
 
 class AnalysisObserver(Protocol):
+    """Hears how an analysis goes, from the thread that runs it (SilentObserver: a base hearing only some of it)."""
+
     def on_start(self, info: Inspection, session: Session) -> None:
         """The workload is inspected and the plan begins."""
 

@@ -1,7 +1,7 @@
 """`ProbeBackend`: the one interface through which the planner's Session has probes run.
 
-The Session numbers probes and decides what to run; a spec maker (`SpecMaker`: api's analysis makes full specs)
-turns each (probe id, settings, role) into a ProbeSpec; the backend runs specs and hands back ProbeResults. The
+The Session numbers probes and decides what to run; a `SpecMaker` (analyze's: api/facade.py ProbeSpecs) turns each
+(probe id, settings, role, budget left) into a ProbeSpec; the backend runs specs and hands back ProbeResults. The
 backends are in executors/ (local, torchrun, Ray); tests/fakes.py's FakeBackend synthesises results instead.
 """
 
