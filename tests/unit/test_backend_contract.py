@@ -18,7 +18,8 @@ from ..conftest import FAST, WORKLOADS
 from ..fakes import FakeBackend
 
 KINDS = ["fake", "local", "torchrun", "ray"]
-RUNS_MANY = {"fake", "local", "ray"}
+PAIRS = ["fake", "local"]  # the others refuse a pair (can_pair False): checked below
+RUNS_MANY = ["fake", "local", "ray"]  # torchrun's many is LocalBackend's, checked there
 
 
 def spec(probe_id: str, batch_size: int = 16, kind: str = "local") -> ProbeSpec:
@@ -29,7 +30,7 @@ def spec(probe_id: str, batch_size: int = 16, kind: str = "local") -> ProbeSpec:
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray = pytest.importorskip("ray", reason="the ray extra: pip install 'tune-advisor[ray]'")
+    import ray  # the README's test install has the ray extra: a missing one fails here, it does not skip
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
@@ -64,9 +65,9 @@ def test_it_says_how_many_probes_it_runs_at_once_whether_it_pairs_and_in_how_muc
     assert backend.pair_memory_bytes is None or backend.pair_memory_bytes > 0
 
 
-def test_a_backend_that_cannot_pair_refuses_a_pair(backend, kind):
-    if backend.can_pair:
-        pytest.skip(f"{kind} pairs")
+@pytest.mark.parametrize("kind", sorted(set(KINDS) - set(PAIRS)))
+def test_a_backend_that_cannot_pair_refuses_a_pair(backend):
+    assert not backend.can_pair
     assert backend.pair_memory_bytes is None  # no pairs, no memory to share between two
     with pytest.raises(NotImplementedError):
         backend.pair([spec("p001"), spec("p002", 32)], ["recheck", "knob:batch_size"], 0)
@@ -82,9 +83,8 @@ def test_run_returns_the_result_of_that_spec(backend, kind):
         assert result.extra["distributed"]["world_size"] == 2
 
 
-def test_many_yields_one_result_per_job_each_as_its_own(backend, kind):
-    if kind not in RUNS_MANY:
-        pytest.skip(f"{kind}: LocalBackend's many")
+@pytest.mark.parametrize("kind", RUNS_MANY)
+def test_many_yields_one_result_per_job_each_as_its_own(backend):
     jobs = [(spec("p002"), "grid"), (spec("p003", 32), "grid")]
     results = {r.id: r for r in backend.many(jobs)}
     assert sorted(results) == ["p002", "p003"]
@@ -93,9 +93,9 @@ def test_many_yields_one_result_per_job_each_as_its_own(backend, kind):
         assert got.status is Status.OK and got.role == role and got.settings == asked.settings, got.error
 
 
-def test_a_pair_is_measured_together_and_returned_in_the_order_asked(backend, kind):
-    if not backend.can_pair:
-        pytest.skip(f"{kind} does not pair")
+@pytest.mark.parametrize("kind", PAIRS)
+def test_a_pair_is_measured_together_and_returned_in_the_order_asked(backend):
+    assert backend.can_pair
     a, b = backend.pair([spec("p004"), spec("p005", 32)], ["recheck", "knob:batch_size"], first=1)
     assert (a.id, a.role, a.settings["batch_size"]) == ("p004", "recheck", 16)
     assert (b.id, b.role, b.settings["batch_size"]) == ("p005", "knob:batch_size", 32)

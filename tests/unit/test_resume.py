@@ -10,7 +10,7 @@ from tune_advisor.planner import PlanContext, Session, plan
 from tune_advisor.probe.result import ProbeResult
 
 from ..fakes import FakeBackend, FakeClock
-from .test_planner import CNN, CPU_AMP_ONLY, cnn_rate
+from .planning import CNN, CPU_AMP_ONLY, cnn_rate
 
 
 class Interrupted(FakeBackend):
