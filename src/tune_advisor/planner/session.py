@@ -316,25 +316,28 @@ class Session(Comparisons):
         if not runs:
             return None
         kind = "alone" if alone else "beside a partner"
-        spread = self.drift(paired=not alone)
+        spread = self.drift()
         if spread[1] == 0:
             median, low, high = runs[0].throughput()
             interval = f"95% CI within one measured window ({runs[0].id}, {kind}): a re-run may fall outside it"
         else:
             median, low, high = stats.prediction_interval([window_rate(p) for p in runs], spread)
             interval = (f"95% prediction interval of one more run, from {len(runs)} run{'s' if len(runs) > 1 else ''}"
-                        f" ({kind}), the drift between runs from every repeated setting ({spread[1]} degrees of "
-                        "freedom)")
+                        f" ({kind}), the drift between runs from every repeated setting, alone or beside a "
+                        f"partner ({spread[1]} degrees of freedom)")
         return {"median": median, "ci_low": low, "ci_high": high, "unit": unit, "interval": interval,
                 "runs": [p.id for p in runs]}
 
-    def drift(self, paired: bool) -> tuple[float, int]:
+    def drift(self) -> tuple[float, int]:
         """(log sd, degrees of freedom) of the run-to-run spread of throughput, pooled over every setting that has
-        two or more measured runs of this kind (`stats.pooled_log_sd`)."""
+        two or more measured runs of one kind (`stats.pooled_log_sd`). Runs alone and runs beside a partner are
+        grouped apart (their levels differ), but both count toward the spread: how far one run drifts from the
+        next is the machine's. Alone only, a run whose one repeated setting is the baseline has one degree of freedom
+        (t = 12.7); the confirmation's lockstep rounds add theirs."""
         groups: dict[tuple, list[float]] = {}
         for p in self.probes:
-            if p.ok and p.measured and (p.paired_with is not None) == paired:
-                groups.setdefault(settings_key(p.settings), []).append(window_rate(p))
+            if p.ok and p.measured:
+                groups.setdefault((settings_key(p.settings), p.paired_with is not None), []).append(window_rate(p))
         return stats.pooled_log_sd(list(groups.values()))
 
     def common_kind(self, *settings: dict[str, Any]) -> bool | None:
