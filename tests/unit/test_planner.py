@@ -857,7 +857,7 @@ def test_a_settings_figure_covers_its_runs_and_says_what_kind_of_interval_it_is(
     session._record(d)
     assert session.figure(paired)["runs"] == ["p003", "p006"]
     assert "(beside a partner)" in session.figure(paired)["interval"]
-    # AND the drift behind every figure pools runs of both kinds, each kind's level apart: alone p001/p004, beside
+    # AND the drift behind every figure pools runs alone and beside each partner, each level apart: alone p001/p004, beside
     # a partner p002/p005 and p003/p006 -> 3 degrees of freedom
     assert "(3 degrees of freedom)" in session.figure(settings)["interval"]
     assert session.figure({**settings, "batch_size": 99}) is None
@@ -937,3 +937,26 @@ def test_a_gpu_pair_is_judged_on_reserved_blocks_not_only_allocated_ones():
     # THEN a candidate of 35 GiB does not pair beside it (30 + 35 fit; 40 + 35 do not), and one of 25 GiB does
     assert not session._can_pair(reference, other, 35 * 2**30)
     assert session._can_pair(reference, other, 25 * 2**30)
+
+
+def test_drift_groups_runs_beside_a_partner_by_the_partners_settings():
+    def probe(pid, settings, rate, partner=None):
+        extra = {"lockstep": {"partner": partner}} if partner else {}
+        return ProbeResult(id=pid, settings=settings, status=Status.OK, raw={"step_s": [0.1] * 10,
+                           "items": [rate * 0.1] * 10}, extra=extra)
+
+    session = Session(FakeBackend(lambda s: 1000.0), budget_s=100.0, clock=FakeClock())
+    fast, slow, other = ({"batch_size": b} for b in (8, 16, 32))
+    # GIVEN one setting run twice alone (1% apart) and twice beside partners of different speeds: 1,000 samples/s
+    # beside a fast partner, 50 beside a slow one (its turns take the machine for seconds)
+    for p in (probe("p001", other, 1000.0), probe("p002", other, 1010.0),
+              probe("p003", fast, 1000.0, "p004"), probe("p004", other, 900.0, "p003"),
+              probe("p005", fast, 50.0, "p006"), probe("p006", slow, 20.0, "p005")):
+        session._record(p)
+    sd, df = session.drift()
+    # THEN the runs beside different partners are not one group: only the two alone runs make the drift
+    assert df == 1 and sd < 0.01
+    # AND two runs beside partners of the same settings are one group
+    session._record(probe("p007", fast, 990.0, "p008"))
+    session._record(probe("p008", other, 910.0, "p007"))
+    assert session.drift()[1] == 3

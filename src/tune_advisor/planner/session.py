@@ -323,21 +323,25 @@ class Session(Comparisons):
         else:
             median, low, high = stats.prediction_interval([window_rate(p) for p in runs], spread)
             interval = (f"95% prediction interval of one more run, from {len(runs)} run{'s' if len(runs) > 1 else ''}"
-                        f" ({kind}), the drift between runs from every repeated setting, alone or beside a "
+                        f" ({kind}), the drift between runs from every repeated setting, alone or beside one "
                         f"partner ({spread[1]} degrees of freedom)")
         return {"median": median, "ci_low": low, "ci_high": high, "unit": unit, "interval": interval,
                 "runs": [p.id for p in runs]}
 
     def drift(self) -> tuple[float, int]:
         """(log sd, degrees of freedom) of the run-to-run spread of throughput, pooled over every setting that has
-        two or more measured runs of one kind (`stats.pooled_log_sd`). Runs alone and runs beside a partner are
-        grouped apart (their levels differ), but both count toward the spread: how far one run drifts from the
-        next is the machine's. Alone only, a run whose one repeated setting is the baseline has one degree of freedom
-        (t = 12.7); the confirmation's lockstep rounds add theirs."""
+        two or more measured runs of one kind (`stats.pooled_log_sd`). A run alone and a run beside a partner are
+        grouped apart, and runs beside a partner by the partner's settings: a partner's turns set the level (a
+        recheck read 1,020 samples/s beside one partner and 46 beside a far slower one), while how far one run
+        drifts from the next is the machine's. Alone only, a run whose one repeated setting is the baseline has
+        one degree of freedom (t = 12.7); the confirmation's lockstep rounds add theirs."""
+        by_id = {p.id: p for p in self.probes}
         groups: dict[tuple, list[float]] = {}
         for p in self.probes:
             if p.ok and p.measured:
-                groups.setdefault((settings_key(p.settings), p.paired_with is not None), []).append(window_rate(p))
+                partner = by_id.get(p.paired_with) if p.paired_with else None
+                beside = settings_key(partner.settings) if partner else p.paired_with
+                groups.setdefault((settings_key(p.settings), beside), []).append(window_rate(p))
         return stats.pooled_log_sd(list(groups.values()))
 
     def common_kind(self, *settings: dict[str, Any]) -> bool | None:
