@@ -857,8 +857,8 @@ def test_a_settings_figure_covers_its_runs_and_says_what_kind_of_interval_it_is(
     session._record(d)
     assert session.figure(paired)["runs"] == ["p003", "p006"]
     assert "(beside a partner)" in session.figure(paired)["interval"]
-    # AND the drift behind every figure pools runs alone and beside each partner, each level apart: alone p001/p004, beside
-    # a partner p002/p005 and p003/p006 -> 3 degrees of freedom
+    # AND the drift behind every figure pools runs alone and beside each partner, each level apart: alone
+    # p001/p004, beside one partner p002/p005 and p003/p006 -> 3 degrees of freedom
     assert "(3 degrees of freedom)" in session.figure(settings)["interval"]
     assert session.figure({**settings, "batch_size": 99}) is None
 
