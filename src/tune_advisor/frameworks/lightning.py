@@ -10,8 +10,10 @@ only when such a file is loaded.
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -159,6 +161,7 @@ class LightningStep(torch.nn.Module):
     def __init__(self, module: torch.nn.Module, source: str):
         super().__init__()
         self.module, self.source = module, source  # source: the workload file, named by errors
+        self.step_line = _line_in(type(module).training_step, source)
         self.batch_idx = 0
         self.user_class = type(module).__name__  # what the reports name (not this wrapper)
 
@@ -178,8 +181,21 @@ def compute_loss(model: Any, batch: Any) -> torch.Tensor:
     loss = out.get("loss") if isinstance(out, Mapping) else out
     if not isinstance(loss, torch.Tensor):
         returned = "None" if out is None else f"a {type(out).__name__}"
-        raise WorkloadError(_step_of(model).source, f"training_step() returned {returned}, not a loss", FIX_LOSS)
+        step = _step_of(model)
+        raise WorkloadError(step.source, f"training_step() returned {returned}, not a loss", FIX_LOSS,
+                            line=step.step_line)
     return loss
+
+
+def _line_in(function: Any, source: str) -> int | None:
+    """The line where `function` is defined, when that is in the workload file `source`."""
+    try:
+        _, start = inspect.getsourcelines(function)
+        if Path(inspect.getsourcefile(function)).resolve() != Path(source).resolve():
+            return None
+    except (OSError, TypeError):
+        return None
+    return start
 
 
 def _step_of(model: Any) -> LightningStep:
