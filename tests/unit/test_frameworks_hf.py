@@ -217,3 +217,28 @@ def test_detection_follows_what_the_file_defines():
     assert frameworks.kind_of(module("build_module")) == "lightning"
     assert frameworks.kind_of(module("build_model", "build_dataset", "build_trainer")) is None  # plain wins
     assert frameworks.kind_of(module("train")) is None
+
+
+@pytest.mark.parametrize("name", ["hf", "lightning"])
+def test_a_hand_edited_framework_entry_renders_without_error(name):
+    # GIVEN a results.json whose framework config and recommended settings hold nonsense
+    doc = golden("cnn")
+    doc["workload"]["framework"] = {"name": name, "config": {"args": 5, "trainer_args": {"accumulate_grad_batches":
+                                                                                          "x"}}}
+    doc["recommended"]["settings"].update(batch_size=0, amp="<b>")
+    # THEN every renderer still writes its report
+    for renderer in (markdown,):
+        assert renderer.render(doc)
+    view.build(doc)
+
+
+def test_findings_fixes_are_written_in_the_frameworks_terms():
+    doc = golden("cnn")
+    doc["workload"]["framework"] = {"name": "hf", "config": config()}
+    doc["findings"] = [{"code": "TA101", "name": "input-pipeline-bound", "severity": "warning", "message": "m",
+                        "fix": {"settings": {"num_workers": 2}, "snippet": "loader = DataLoader(...)"}},
+                       {"code": "TA801", "name": "threads", "severity": "warning", "message": "m",
+                        "fix": {"settings": {}, "snippet": "torch.set_num_threads(1)"}}]
+    loader, threads = view.build(doc).findings
+    assert "+ dataloader_num_workers=2," in loader.snippet
+    assert threads.snippet == "torch.set_num_threads(1)"  # code only: as the rule wrote it

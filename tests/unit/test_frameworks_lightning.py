@@ -55,7 +55,7 @@ def test_the_fixture_loads_as_a_lightning_workload():
     wl = workload.load(FIXTURES / "lightning_module.py")
     # THEN the baseline is its DataLoader's and TRAINER_ARGS' settings
     assert wl.framework["name"] == "lightning"
-    assert wl.baseline == {"batch_size": 32, "num_workers": 0, "pin_memory": False, "amp": "off",
+    assert wl.baseline == {"batch_size": 16, "num_workers": 0, "pin_memory": False, "amp": "off",
                            "cudnn_benchmark": False}
     assert wl.framework["config"]["trainer_args"]["precision"] == "32-true"
     # AND the model trained is the module's training step; the reports name the user's class

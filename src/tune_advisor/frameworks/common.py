@@ -67,6 +67,11 @@ def accumulation_note(old_batch: int, old_accum: int, new_batch: int, setting: s
             "(square root, Adam-style) and re-check convergence.")
 
 
+def steps(value: Any) -> int:
+    """An accumulation step count read from the user's settings or a saved file: 1 unless a positive integer."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+
+
 def literal(value: Any) -> str:
     """A Python literal as the user writes it in a call (strings in double quotes)."""
     value = plain(value)

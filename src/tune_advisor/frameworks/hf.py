@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from .. import knobs
 from ..errors import WorkloadError
-from .common import Adapted, accumulation, accumulation_note, literal, plain, require
+from .common import Adapted, accumulation, accumulation_note, literal, steps, plain, require
 
 ENTRY = "build_trainer"
 FIX_RETURN = "return the transformers.Trainer you would call .train() on from build_trainer()"
@@ -62,7 +62,8 @@ def arguments(knob: str, value: Any, config: Mapping[str, Any]) -> tuple[dict[st
             return {"torch_compile": False}, None
         return {"torch_compile": True, **({} if value == "default" else {"torch_compile_mode": value})}, None
     if knob == "optimizer_impl":
-        optim = str(config.get("args", {}).get("optim") or "")
+        args = config.get("args")
+        optim = str(args.get("optim") or "") if isinstance(args, Mapping) else ""
         if config.get("optimizer_source") == "args" and optim in (FUSED_OPTIM, FOREACH_OPTIM) and value != "foreach":
             return {"optim": FUSED_OPTIM if value == "fused" else FOREACH_OPTIM}, None
         return {}, (f"# no TrainingArguments field: build your optimizer with {value}=True and pass it as "
@@ -184,8 +185,8 @@ def recommendation(base: Mapping[str, Any], recommended: Mapping[str, Any], conf
         if add:
             code.append(add)
     comment = {}
-    if "batch_size" in changes and isinstance(base.get("batch_size"), int):
-        old_accum = int(old_args.get("gradient_accumulation_steps") or 1)
+    if all(isinstance(s.get("batch_size"), int) and s["batch_size"] > 0 for s in (base, changes)):
+        old_accum = steps(old_args.get("gradient_accumulation_steps"))
         accum, kept = accumulation(base["batch_size"], old_accum, changes["batch_size"])
         fields = _after(fields, "per_device_train_batch_size", "gradient_accumulation_steps", accum)
         effective = base["batch_size"] * old_accum
@@ -220,5 +221,5 @@ def batch_note(base: Mapping[str, Any], recommended: Mapping[str, Any], config: 
     if not isinstance(old, int) or not isinstance(new, int) or old <= 0 or new <= 0:
         return None
     args = config.get("args") if isinstance(config.get("args"), Mapping) else {}
-    return accumulation_note(old, int(args.get("gradient_accumulation_steps") or 1), new,
+    return accumulation_note(old, steps(args.get("gradient_accumulation_steps")), new,
                              "gradient_accumulation_steps")

@@ -20,7 +20,7 @@ import torch
 
 from .. import knobs
 from ..errors import WorkloadError
-from .common import Adapted, accumulation, accumulation_note, literal, require
+from .common import Adapted, accumulation, accumulation_note, literal, steps, require
 
 ENTRY = "build_module"
 FIX_LOSS = "return the loss tensor (or {'loss': loss}) from training_step()"
@@ -45,7 +45,7 @@ CODE = {
 def arguments(knob: str, value: Any) -> tuple[str, dict[str, Any] | str]:
     """Where `knob`=`value` goes: ("trainer", {argument: value}), ("loader", {argument: value}) or ("code", text)."""
     if knob == "amp":
-        return "trainer", {"precision": AMP_PRECISION[value]}
+        return "trainer", {"precision": AMP_PRECISION.get(value, str(value))}
     if knob == "cudnn_benchmark":
         return "trainer", {"benchmark": value}
     if knob in LOADER:
@@ -248,8 +248,8 @@ def recommendation(base: Mapping[str, Any], recommended: Mapping[str, Any], conf
             if where == "code":
                 code.append(what)
     comment = {}
-    if "batch_size" in changes and isinstance(base.get("batch_size"), int):
-        old_accum = int(trainer_old.get("accumulate_grad_batches") or 1)
+    if _batch_sizes(base, changes):
+        old_accum = steps(trainer_old.get("accumulate_grad_batches"))
         accum, kept = accumulation(base["batch_size"], old_accum, changes["batch_size"])
         effective = base["batch_size"] * old_accum
         if accum != old_accum:
@@ -270,6 +270,11 @@ def recommendation(base: Mapping[str, Any], recommended: Mapping[str, Any], conf
     return "\n".join(lines)
 
 
+def _batch_sizes(base: Mapping[str, Any], changes: Mapping[str, Any]) -> bool:
+    """Whether both batch sizes are usable numbers (a hand-edited results.json may hold anything)."""
+    return all(isinstance(s.get("batch_size"), int) and s["batch_size"] > 0 for s in (base, changes))
+
+
 def _diff(new: Mapping[str, Any], old: Mapping[str, Any], comment: Mapping[str, str]) -> list[str]:
     lines = []
     for name, value in new.items():
@@ -283,5 +288,5 @@ def batch_note(base: Mapping[str, Any], recommended: Mapping[str, Any], config: 
     if not isinstance(old, int) or not isinstance(new, int) or old <= 0 or new <= 0:
         return None
     trainer_args = config.get("trainer_args") if isinstance(config.get("trainer_args"), Mapping) else {}
-    return accumulation_note(old, int(trainer_args.get("accumulate_grad_batches") or 1), new,
+    return accumulation_note(old, steps(trainer_args.get("accumulate_grad_batches")), new,
                              "Trainer(accumulate_grad_batches)")

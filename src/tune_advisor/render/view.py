@@ -183,7 +183,8 @@ def build(document: Mapping[str, Any]) -> Report:
         snippet=_snippet(recommended, base_settings, workload.get("framework")) if changes else None,
         batch_note=_batch_note(base_settings, changes, as_dict(workload.get("facts")).get("dataset_len"),
                                workload.get("framework")),
-        findings=[_finding(f) for f in _list(doc.get("findings")) if isinstance(f, dict)],
+        findings=[_in_framework(_finding(f), base_settings, workload.get("framework"))
+                  for f in _list(doc.get("findings")) if isinstance(f, dict)],
         staircase=staircase(baseline, recommended, probes),
         rows=rows,
         failed=[r for r in rows if r.status in FAILED],
@@ -308,6 +309,19 @@ def _finding(f: dict) -> Finding:
         speedup=gain.get("speedup"), time_saved_frac=as_num(gain.get("time_saved_frac")),
         probes=[str(p) for p in _list(f.get("probes"))],
     )
+
+
+def _in_framework(finding: Finding, base: dict, framework: Any) -> Finding:
+    """A finding's fix in the framework's own arguments, when the workload handed a Trainer or module over and the
+    fix is settings (a fix that is only code, like torch.set_num_threads, stays as the rule wrote it)."""
+    fix = finding.fix_settings
+    if not fix or not all(k in knobs.KNOBS for k in fix):
+        return finding
+    settings = knobs.full_settings(base)
+    text = frameworks.recommendation(framework, settings, {**settings, **fix})
+    if text is not None:
+        finding.snippet = text
+    return finding
 
 
 def staircase(baseline: dict | None, recommended: dict | None, probes: list[dict]) -> list[Step]:
