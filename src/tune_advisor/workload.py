@@ -126,6 +126,9 @@ def load(path: str | Path) -> Workload:
     kind = frameworks.kind_of(module)  # build_trainer() / build_module(): a framework object handed over
     if kind is not None:
         return _framework_workload(p, module, kind, shown)
+    typo = frameworks.misspelled_entry(module)
+    if typo:
+        raise WorkloadError(shown, f"no {typo[0]}() defined (found '{typo[1]}': a typo?)", f"rename it {typo[0]}()")
     for name in REQUIRED:
         if not callable(getattr(module, name, None)):
             defined = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]

@@ -242,3 +242,10 @@ def test_findings_fixes_are_written_in_the_frameworks_terms():
     loader, threads = view.build(doc).findings
     assert "+ dataloader_num_workers=2," in loader.snippet
     assert threads.snippet == "torch.set_num_threads(1)"  # code only: as the rule wrote it
+
+
+@pytest.mark.parametrize("defined, meant", [("build_trainr", "build_trainer"), ("build_modul", "build_module")])
+def test_a_misspelled_entry_is_named(tmp_path, defined, meant):
+    path = write(tmp_path, f"def {defined}():\n    pass\n")
+    with pytest.raises(WorkloadError, match=f"no {meant}\\(\\) defined \\(found '{defined}': a typo\\?\\)"):
+        workload.load(path)

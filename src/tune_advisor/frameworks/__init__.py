@@ -7,12 +7,13 @@ their framework only when a file of that kind is loaded, so the core never impor
 
 from __future__ import annotations
 
+import difflib
 from types import ModuleType
 from typing import Any, Callable
 
 from .common import Adapted
 
-__all__ = ["Adapted", "ENTRY", "adapt", "batch_note", "install_hint", "kind_of", "recommendation"]
+__all__ = ["Adapted", "ENTRY", "adapt", "batch_note", "install_hint", "kind_of", "misspelled_entry", "recommendation"]
 
 # The entry function that marks each kind, in the order they are checked after the plain contract
 # (build_model/build_dataset), which always wins.
@@ -29,6 +30,19 @@ def kind_of(module: ModuleType) -> str | None:
     for kind, entry in ENTRY.items():
         if hasattr(module, entry):
             return kind
+    return None
+
+
+def misspelled_entry(module: ModuleType) -> tuple[str, str] | None:
+    """(entry meant, name found) when a file defines no contract's function but one close to a framework entry
+    (`build_trainr`), so the error can name the typo instead of the plain contract."""
+    if any(hasattr(module, name) for name in PLAIN):
+        return None
+    defined = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
+    for entry in ENTRY.values():
+        close = difflib.get_close_matches(entry, defined, n=1, cutoff=0.8)
+        if close:
+            return entry, close[0]
     return None
 
 
