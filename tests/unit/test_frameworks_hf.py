@@ -249,3 +249,31 @@ def test_a_misspelled_entry_is_named(tmp_path, defined, meant):
     path = write(tmp_path, f"def {defined}():\n    pass\n")
     with pytest.raises(WorkloadError, match=f"no {meant}\\(\\) defined \\(found '{defined}': a typo\\?\\)"):
         workload.load(path)
+
+
+def test_a_trainer_over_an_iterable_dataset_loads(tmp_path):
+    # GIVEN a Trainer whose train_dataset is a stream without length or indexing
+    path = write(tmp_path, """\
+        import torch
+        from torch.utils.data import IterableDataset
+
+
+        class Stream(IterableDataset):
+            def __iter__(self):
+                for i in range(64):
+                    ids = torch.randint(0, 64, (8,))
+                    yield {"input_ids": ids, "labels": ids.clone()}
+
+
+        def build_trainer():
+            from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+            config = GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=8)
+            args = TrainingArguments(output_dir=str(__import__("tempfile").mkdtemp()), report_to="none",
+                                     per_device_train_batch_size=4, max_steps=10)
+            return Trainer(model=GPT2LMHeadModel(config), args=args, train_dataset=Stream())
+        """)
+    wl = workload.load(path)
+    # THEN its first sample is read by iterating, and without attention_mask the unit is samples
+    assert wl.item_name == "samples" and wl.count_items is None
+    assert wl.baseline["batch_size"] == 4

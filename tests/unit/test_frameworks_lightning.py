@@ -215,3 +215,22 @@ def test_lightning_not_installed_exits_2_through_the_cli(cli, tmp_path):
     result = cli("probe", path, "--device", "cpu")
     assert result.exit_code == 2, result.output
     assert "pip install 'tune-advisor[lightning]'" in result.output and "Traceback" not in result.output
+
+
+def test_reports_of_framework_runs_render_without_torch(tmp_path):
+    # WHEN the example reports of both framework fixtures are re-rendered in a fresh interpreter
+    import subprocess
+
+    from ..conftest import ROOT
+
+    for name in ("hf_trainer", "lightning_module"):
+        code = ("import sys\nfrom tune_advisor import render, results\n"
+                f"render.write_reports(results.read({str(ROOT / 'reports' / name / 'results.json')!r}), "
+                f"__import__('pathlib').Path({str(tmp_path / name)!r}))\n"
+                "print('TORCH:', sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'lightning', "
+                "'transformers')))\n")
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        # THEN neither torch nor the framework is imported, and the recommendation is in the framework's terms
+        assert done.returncode == 0, done.stderr
+        assert "TORCH: []" in done.stdout, done.stdout
+        assert "change these" in (tmp_path / name / "report.md").read_text()

@@ -159,9 +159,11 @@ def _training_data(trainer: Any, transformers: Any) -> tuple[Any, Callable]:
 
 def _first_batch(dataset: Any, collate: Callable, call: Callable) -> Any:
     """One collated sample: whether batches carry attention_mask (then throughput counts tokens)."""
+    from torch.utils.data import IterableDataset  # torch's Dataset has __getitem__ even where it is iterable
+
     def first():
-        sample = dataset[0] if hasattr(dataset, "__getitem__") else next(iter(dataset))
-        return collate([sample])
+        iterable = isinstance(dataset, IterableDataset) or not hasattr(dataset, "__getitem__")
+        return collate([next(iter(dataset)) if iterable else dataset[0]])
 
     return call("reading the Trainer's first training sample", first)
 

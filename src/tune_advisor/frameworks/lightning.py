@@ -4,26 +4,22 @@ The engine trains the module's `training_step` loss with the optimizer from `con
 and collate function of its `train_dataloader()` (or of `build_datamodule()`'s). The baseline comes from that
 DataLoader's arguments and from `TRAINER_ARGS`, the file's copy of the `Trainer(...)` arguments it trains with
 (precision, accumulate_grad_batches, benchmark); the recommendation is written as Trainer(...) and DataLoader(...)
-arguments (`TRAINER`, `LOADER`, `arguments`: the one table between knobs and Lightning). lightning is imported
-only when such a file is loaded.
+arguments (`PRECISION`, `LOADER`, `CODE`, `arguments`: the one table between knobs and Lightning). lightning and
+torch are imported only when such a file is loaded (lightning_step.py holds what runs in the probe), so the
+reports render without them.
 """
 
 from __future__ import annotations
 
-import inspect
 import warnings
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Callable
-
-import torch
 
 from .. import knobs
 from ..errors import WorkloadError
 from .common import Adapted, accumulation, accumulation_note, literal, steps, require
 
 ENTRY = "build_module"
-FIX_LOSS = "return the loss tensor (or {'loss': loss}) from training_step()"
 # Trainer(precision=...) values and the amp knob they mean; "32"/32 are Lightning's older spellings.
 PRECISION = {"32-true": "off", "32": "off", 32: "off", "bf16-mixed": "bf16", "16-mixed": "fp16", "16": "fp16",
              16: "fp16"}
@@ -64,6 +60,8 @@ def arguments(knob: str, value: Any) -> tuple[str, dict[str, Any] | str]:
 
 def adapt(module: Any, shown: str, call: Callable) -> Adapted:
     """The workload parts of the LightningModule that `build_module()` returns (see frameworks.adapt)."""
+    from .lightning_step import LightningStep, compute_loss, first_optimizer
+
     pl = require("lightning", "lightning", shown, ENTRY).pytorch
     build = getattr(module, ENTRY)
     if not callable(build):
@@ -85,9 +83,8 @@ def adapt(module: Any, shown: str, call: Callable) -> Adapted:
     if loader.batch_size is None:
         raise WorkloadError(shown, "train_dataloader() builds its batches with a batch_sampler, so there is no "
                                    "batch_size to tune", "pass batch_size=... to the DataLoader in train_dataloader()")
-    for hook in ("configure_model",):  # Lightning calls it before configure_optimizers
-        if callable(getattr(lm, hook, None)):
-            call(f"the module's {hook}()", getattr(lm, hook))
+    if callable(getattr(lm, "configure_model", None)):  # Lightning calls it before configure_optimizers
+        call("the module's configure_model()", lm.configure_model)
     step = LightningStep(lm, shown)
     return Adapted(framework="lightning", build_model=lambda: step, build_dataset=lambda: loader.dataset,
                    compute_loss=compute_loss, build_optimizer=lambda params: first_optimizer(lm, shown),
@@ -113,8 +110,10 @@ def _trainer_args(module: Any, shown: str) -> dict[str, Any]:
     return dict(raw)
 
 
-def _train_loader(module: Any, lm: Any, pl: Any, shown: str, call: Callable) -> torch.utils.data.DataLoader:
+def _train_loader(module: Any, lm: Any, pl: Any, shown: str, call: Callable):
     """The training DataLoader: build_datamodule()'s when the file defines it, else the module's own."""
+    from torch.utils.data import DataLoader
+
     if hasattr(module, "build_datamodule"):
         if not callable(module.build_datamodule):
             raise WorkloadError(shown, f"build_datamodule is a {type(module.build_datamodule).__name__}, not a "
@@ -133,7 +132,7 @@ def _train_loader(module: Any, lm: Any, pl: Any, shown: str, call: Callable) -> 
     call(f"{owner}'s prepare_data()", source.prepare_data)
     call(f"{owner}'s setup('fit')", source.setup, "fit")
     loader = call(f"{owner}'s train_dataloader()", source.train_dataloader)
-    if not isinstance(loader, torch.utils.data.DataLoader):
+    if not isinstance(loader, DataLoader):
         raise WorkloadError(shown, f"train_dataloader() returned a {type(loader).__name__}, not one DataLoader",
                             "return a single torch.utils.data.DataLoader from train_dataloader()")
     return loader
@@ -154,84 +153,6 @@ def baseline(loader: Any, trainer_args: Mapping[str, Any], shown: str) -> dict[s
         raise WorkloadError(shown, f"the training DataLoader's settings: {exc}", "fix train_dataloader()") from None
 
 
-class LightningStep(torch.nn.Module):
-    """The LightningModule as the engine trains it: forward(batch) is training_step(batch, i), so the knobs that
-    act on the model (compile, checkpointing, channels_last) reach the whole step, as in Lightning's own loop."""
-
-    def __init__(self, module: torch.nn.Module, source: str):
-        super().__init__()
-        self.module, self.source = module, source  # source: the workload file, named by errors
-        self.step_line = _line_in(type(module).training_step, source)
-        self.batch_idx = 0
-        self.user_class = type(module).__name__  # what the reports name (not this wrapper)
-
-    def to(self, *args, **kwargs):
-        self.module.to(*args, **kwargs)  # LightningModule.to also tracks the module's .device for its own code
-        return self
-
-    def forward(self, batch):
-        out = self.module.training_step(batch, self.batch_idx)
-        self.batch_idx += 1
-        return out
-
-
-def compute_loss(model: Any, batch: Any) -> torch.Tensor:
-    """training_step's loss: its tensor, or the "loss" of the dict it returns."""
-    out = model(batch)
-    loss = out.get("loss") if isinstance(out, Mapping) else out
-    if not isinstance(loss, torch.Tensor):
-        returned = "None" if out is None else f"a {type(out).__name__}"
-        step = _step_of(model)
-        raise WorkloadError(step.source, f"training_step() returned {returned}, not a loss", FIX_LOSS,
-                            line=step.step_line)
-    return loss
-
-
-def _line_in(function: Any, source: str) -> int | None:
-    """The line where `function` is defined, when that is in the workload file `source`."""
-    try:
-        _, start = inspect.getsourcelines(function)
-        if Path(inspect.getsourcefile(function)).resolve() != Path(source).resolve():
-            return None
-    except (OSError, TypeError):
-        return None
-    return start
-
-
-def _step_of(model: Any) -> LightningStep:
-    """The LightningStep inside torch.compile's and DDP's wrappers."""
-    while not isinstance(model, LightningStep):
-        model = getattr(model, "_orig_mod", None) or model.module
-    return model
-
-
-def first_optimizer(lm: Any, shown: str) -> torch.optim.Optimizer:
-    """The one optimizer configure_optimizers() returns, in any of Lightning's forms."""
-    found = _optimizers(lm.configure_optimizers())
-    if not found:
-        raise WorkloadError(shown, "configure_optimizers() returns no optimizer",
-                            "return an optimizer (or {'optimizer': ..., 'lr_scheduler': ...}) from "
-                            "configure_optimizers()")
-    if len(found) > 1:
-        raise WorkloadError(shown, f"configure_optimizers() returns {len(found)} optimizers; the advisor times one "
-                                   "optimizer step per training step", "hand over a module with a single optimizer")
-    return found[0]
-
-
-def _optimizers(value: Any) -> list:
-    if value is None:
-        return []
-    if isinstance(value, torch.optim.Optimizer):
-        return [value]
-    if isinstance(value, Mapping):
-        return _optimizers(value.get("optimizer"))
-    if isinstance(value, (list, tuple)):
-        if len(value) == 2 and isinstance(value[0], (list, tuple)):  # ([optimizers], [schedulers])
-            return _optimizers(list(value[0]))
-        return [o for item in value for o in _optimizers(item)]
-    return []
-
-
 def _jsonable(value: Any) -> bool:
     return value is None or isinstance(value, (bool, int, float, str))
 
@@ -244,9 +165,10 @@ def recommendation(base: Mapping[str, Any], recommended: Mapping[str, Any], conf
     for knob in knobs.KNOBS:
         if knob in changes:
             where, what = arguments(knob, changes[knob])
-            {"trainer": trainer, "loader": loader}.get(where, {}).update(what if where != "code" else {})
             if where == "code":
                 code.append(what)
+            else:
+                (trainer if where == "trainer" else loader).update(what)
     comment = {}
     if _batch_sizes(base, changes):
         old_accum = steps(trainer_old.get("accumulate_grad_batches"))
