@@ -85,6 +85,12 @@ def test_the_dataloader_and_trainer_args_become_the_baseline(tmp_path, loader, t
     assert expected.items() <= wl.baseline.items()
 
 
+def test_a_module_of_the_older_pytorch_lightning_package_is_accepted(tmp_path):
+    path = write(tmp_path).read_text().replace("import lightning as L", "import pytorch_lightning as L")
+    (tmp_path / "workload.py").write_text(path)
+    assert workload.load(tmp_path / "workload.py").framework["name"] == "lightning"
+
+
 @pytest.mark.parametrize("optimizers", [
     "return torch.optim.SGD(self.parameters(), lr=0.1)",
     "return [torch.optim.SGD(self.parameters(), lr=0.1)]",
@@ -194,7 +200,8 @@ def test_modules_the_advisor_cannot_time_are_refused(tmp_path, optimizers, loade
 
 
 def test_lightning_not_installed_names_the_extra(monkeypatch, tmp_path):
-    monkeypatch.setitem(sys.modules, "lightning", None)
+    for package in ("lightning", "lightning.pytorch", "pytorch_lightning"):  # either would do; all are cached
+        monkeypatch.setitem(sys.modules, package, None)
     path = tmp_path / "workload.py"
     path.write_text("def build_module():\n    pass\n")
     with pytest.raises(WorkloadError, match="needs the 'lightning' package") as caught:
@@ -207,9 +214,10 @@ def test_lightning_not_installed_names_the_extra(monkeypatch, tmp_path):
 
 
 def test_lightning_not_installed_exits_2_through_the_cli(cli, tmp_path):
-    # GIVEN a package beside the workload that shadows lightning and fails to import, as a missing one does
-    (tmp_path / "lightning").mkdir()
-    (tmp_path / "lightning" / "__init__.py").write_text("raise ImportError('lightning is not installed')\n")
+    # GIVEN packages beside the workload that shadow both Lightning packages and fail to import, as missing ones do
+    for package in ("lightning", "pytorch_lightning"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text(f"raise ImportError('{package} is not installed')\n")
     path = tmp_path / "workload.py"
     path.write_text("def build_module():\n    pass\n")
     result = cli("probe", path, "--device", "cpu")

@@ -11,6 +11,7 @@ reports render without them.
 
 from __future__ import annotations
 
+import importlib
 import warnings
 from collections.abc import Mapping
 from typing import Any, Callable
@@ -62,13 +63,13 @@ def adapt(module: Any, shown: str, call: Callable) -> Adapted:
     """The workload parts of the LightningModule that `build_module()` returns (see frameworks.adapt)."""
     from .lightning_step import LightningStep, compute_loss, first_optimizer
 
-    pl = require("lightning", "lightning", shown, ENTRY).pytorch
+    pl = _lightning(shown)
     build = getattr(module, ENTRY)
     if not callable(build):
         raise WorkloadError(shown, f"{ENTRY} is a {type(build).__name__}, not a function",
                             f"define def {ENTRY}(): ..., returning your LightningModule")
     lm = call(f"{ENTRY}()", build)
-    if not isinstance(lm, pl.LightningModule):
+    if not isinstance(lm, pl.modules):
         raise WorkloadError(shown, f"{ENTRY}() returned a {type(lm).__name__}, not a lightning LightningModule",
                             f"return your LightningModule instance from {ENTRY}()")
     if not lm.automatic_optimization:
@@ -96,6 +97,27 @@ def adapt(module: Any, shown: str, call: Callable) -> Adapted:
                            "train_dataloader()"})
 
 
+class _Packages:
+    """The LightningModule and LightningDataModule classes of each installed Lightning package: `lightning` (2.x)
+    and the older `pytorch_lightning` both ship them, and a module may subclass either."""
+
+    def __init__(self, packages: list):
+        self.modules = tuple(p.LightningModule for p in packages)
+        self.datamodules = tuple(p.LightningDataModule for p in packages)
+
+
+def _lightning(shown: str) -> _Packages:
+    packages = []
+    for name in ("lightning.pytorch", "pytorch_lightning"):
+        try:
+            packages.append(importlib.import_module(name))
+        except ImportError:
+            continue
+    if not packages:
+        require("lightning", "lightning", shown, ENTRY)  # raises, naming the extra
+    return _Packages(packages)
+
+
 def _trainer_args(module: Any, shown: str) -> dict[str, Any]:
     raw = getattr(module, "TRAINER_ARGS", None)
     if raw is None:
@@ -119,13 +141,13 @@ def _train_loader(module: Any, lm: Any, pl: Any, shown: str, call: Callable):
             raise WorkloadError(shown, f"build_datamodule is a {type(module.build_datamodule).__name__}, not a "
                                        "function", "define def build_datamodule(): ..., returning your DataModule")
         source = call("build_datamodule()", module.build_datamodule)
-        if not isinstance(source, pl.LightningDataModule):
+        if not isinstance(source, pl.datamodules):
             raise WorkloadError(shown, f"build_datamodule() returned a {type(source).__name__}, not a "
                                        "LightningDataModule", "return your LightningDataModule instance")
         owner = "the DataModule"
     else:
         source, owner = lm, "the module"
-        if type(lm).train_dataloader is pl.LightningModule.train_dataloader:
+        if any(type(lm).train_dataloader is base.train_dataloader for base in pl.modules):
             raise WorkloadError(shown, "the LightningModule defines no train_dataloader(), and the file no "
                                        "build_datamodule()", "define train_dataloader() in the module, or "
                                 "build_datamodule() returning a LightningDataModule beside build_module()")
