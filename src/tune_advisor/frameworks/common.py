@@ -1,5 +1,5 @@
-"""What both adapters share: the framework import with its install hint, the loader's settings as knobs, and the
-effective batch kept through gradient accumulation when the batch size changes."""
+"""What both adapters share: the Adapted parts, the framework import with its install hint, the effective batch
+kept through gradient accumulation when the batch size changes, and values written as the user writes them."""
 
 from __future__ import annotations
 
