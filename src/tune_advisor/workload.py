@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from . import knobs
+from . import frameworks, knobs
 from .errors import WorkloadError
 
 REQUIRED = ("build_model", "build_dataset")
@@ -87,11 +87,14 @@ class Workload:
     item_name: str
     baseline: dict[str, Any]
     search: dict[str, list]
+    framework: dict[str, Any] | None = None  # {"name": "hf" | "lightning", "config": ...} (frameworks/)
 
     def call(self, name: str, *args):
         """Call a user function; a raise becomes a WorkloadError pointing at the user's line."""
         try:
             return getattr(self, name)(*args)
+        except WorkloadError:  # an adapter's own check on what the user's object returned
+            raise
         except Exception as exc:
             line, _ = user_frame(exc, self.path)
             raise WorkloadError(str(self.path), f"{name}() raised {exception_summary(exc)}",
@@ -110,8 +113,8 @@ def load(path: str | Path) -> Workload:
         spec.loader.exec_module(module)
     except ImportError as exc:
         line, _ = user_frame(exc, p)
-        raise WorkloadError(shown, f"cannot import: {exc}", "install the missing module or fix the import",
-                            line=line) from exc
+        raise WorkloadError(shown, f"cannot import: {exc}", frameworks.install_hint(exc.name) or
+                            "install the missing module or fix the import", line=line) from exc
     except SystemExit as exc:
         raise WorkloadError(shown, f"calls sys.exit({exc.code}) at import", "guard script code with "
                             "`if __name__ == '__main__':`") from exc
@@ -120,6 +123,12 @@ def load(path: str | Path) -> Workload:
         raise WorkloadError(shown, f"importing it raised {exception_summary(exc)}", "fix the module-level code",
                             line=line) from exc
 
+    kind = frameworks.kind_of(module)  # build_trainer() / build_module(): a framework object handed over
+    if kind is not None:
+        return _framework_workload(p, module, kind, shown)
+    typo = frameworks.misspelled_entry(module)
+    if typo:
+        raise WorkloadError(shown, f"no {typo[0]}() defined (found '{typo[1]}': a typo?)", f"rename it {typo[0]}()")
     for name in REQUIRED:
         if not callable(getattr(module, name, None)):
             defined = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
@@ -137,6 +146,32 @@ def load(path: str | Path) -> Workload:
         item_name=str(getattr(module, "ITEM_NAME", "samples")),
         baseline=_validated(module, "BASELINE", knobs.validate_settings, p),
         search=_validated(module, "SEARCH", knobs.validate_search, p),
+    )
+
+
+def _framework_workload(p: Path, module, kind: str, shown: str) -> Workload:
+    """A Trainer or LightningModule as a Workload (frameworks/); the file's count_items, ITEM_NAME, BASELINE and
+    SEARCH still apply, over what the framework's configuration says."""
+    def call(label: str, fn: Callable, *args):
+        try:
+            return fn(*args)
+        except WorkloadError:
+            raise
+        except Exception as exc:
+            line, _ = user_frame(exc, p)
+            raise WorkloadError(shown, f"{label} raised {exception_summary(exc)}",
+                                f"make {label} run on its own (try it in a Python shell)", line=line) from exc
+
+    adapted = frameworks.adapt(kind, module, shown, call)
+    count_items = _optional_callable(module, "count_items", shown)
+    return Workload(
+        path=p, module=module, build_model=adapted.build_model, build_dataset=adapted.build_dataset,
+        compute_loss=adapted.compute_loss, build_optimizer=adapted.build_optimizer, collate_fn=adapted.collate_fn,
+        count_items=count_items or adapted.count_items,
+        item_name=str(getattr(module, "ITEM_NAME", None) or (adapted.item_name if not count_items else "samples")),
+        baseline={**adapted.baseline, **_validated(module, "BASELINE", knobs.validate_settings, p)},
+        search=_validated(module, "SEARCH", knobs.validate_search, p),
+        framework={"name": adapted.framework, "config": adapted.config},
     )
 
 

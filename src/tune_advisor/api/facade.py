@@ -172,7 +172,8 @@ def _start_record(path: str | Path, out_dir: Path, options: AnalyzeOptions, info
     record = RunRecord.start(
         out_dir / "results.json", command=list(options.command or sys.argv), environment=environment.collect(device),
         workload={"path": str(path), "model_class": info.facts.model_class, "parameters": info.facts.parameters,
-                  "facts": vars(info.facts), "item_name": info.item_name, "search": info.search},
+                  "facts": vars(info.facts), "item_name": info.item_name, "search": info.search,
+                  "framework": info.framework},
         limit_s=options.budget, memory_budget_bytes=memory,
         execution={"executor": options.executor, "distributed": layout}, identity=identity)
     if previous is not None:

@@ -25,6 +25,7 @@ class Inspection:
     search: dict[str, list]
     item_name: str
     optional: list[str]
+    framework: dict[str, Any] | None = None  # a Trainer or LightningModule handed over (frameworks/)
 
 
 def inspect_workload(path: str | Path, device: str, workdir: Path,
@@ -48,7 +49,8 @@ def inspect_workload(path: str | Path, device: str, workdir: Path,
         raise WorkloadError(shown, error["cause"], error["fix"], line=error.get("line"))
     return Inspection(path=resolved, facts=knobs.WorkloadFacts(**run.result["facts"]),
                       baseline=knobs.full_settings(run.result["baseline"]), search=run.result["search"],
-                      item_name=run.result["item_name"], optional=run.result["optional"])
+                      item_name=run.result["item_name"], optional=run.result["optional"],
+                      framework=run.result.get("framework"))
 
 
 def device_facts(device: str) -> knobs.DeviceFacts:

@@ -14,6 +14,9 @@ from rich.markup import escape  # messages quote user text and commands like pip
 from ..errors import TuneAdvisorError, UsageError
 
 EXIT_INTERRUPTED = 130
+# The workload argument's help, one text for every command that takes a workload file.
+WORKLOAD_HELP = ("The workload file: it defines build_model() and build_dataset(), or build_trainer() returning a "
+                 "Hugging Face Trainer, or build_module() returning a LightningModule (docs/frameworks.md).")
 
 
 @dataclass

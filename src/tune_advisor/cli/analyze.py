@@ -62,7 +62,7 @@ class LiveOutput(api.SilentObserver):
 
 @handle_errors
 def command(
-    file: Path = typer.Argument(..., help="The workload file (defines build_model() and build_dataset())."),
+    file: Path = typer.Argument(..., help=_common.WORKLOAD_HELP),
     out: Optional[Path] = typer.Option(None, "--out", "-o",
                                        help="Output folder [default: tune-advisor-report/<stem>]."),
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),

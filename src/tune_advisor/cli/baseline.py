@@ -13,12 +13,13 @@ from .. import results
 from ..errors import UsageError
 from ..gate import DEFAULT_ROUNDS, record_baseline
 from ..probe.spec import Protocol
+from . import _common
 from ._common import err, handle_errors, out as stdout
 
 
 @handle_errors
 def command(
-    file: Path = typer.Argument(..., help="The workload file (defines build_model() and build_dataset())."),
+    file: Path = typer.Argument(..., help=_common.WORKLOAD_HELP),
     out: Path = typer.Option(Path("perf/baseline.json"), "--out", "-o", help="Where to write the baseline."),
     rounds: int = typer.Option(DEFAULT_ROUNDS, help="Probes to record; several carry the run-to-run spread."),
     settings: List[str] = typer.Option([], "--settings", help="baseline (the file's BASELINE, the default), "

@@ -19,12 +19,13 @@ from ..errors import UsageError
 from ..files import write_text_atomic
 from ..gate import DEFAULT_ROUNDS, GateResult, report, run_gate
 from ..probe.spec import Protocol
+from . import _common
 from ._common import err, handle_errors, out as stdout
 
 
 @handle_errors
 def command(
-    file: Path = typer.Argument(..., help="The workload file (defines build_model() and build_dataset())."),
+    file: Path = typer.Argument(..., help=_common.WORKLOAD_HELP),
     baseline: Optional[Path] = typer.Option(None, help="Baseline recorded with `tune-advisor baseline`."),
     against: Optional[str] = typer.Option(None, help="A git ref (branch, tag, commit) whose version of the "
                                                      "workload file is measured in this job, interleaved."),

@@ -11,12 +11,13 @@ import typer
 from .. import api
 from ..probe.spec import Protocol
 from ..render.terminal import probe_table
+from . import _common
 from ._common import handle_errors, out, parse_sets
 
 
 @handle_errors
 def command(
-    file: Path = typer.Argument(..., help="The workload file (defines build_model() and build_dataset())."),
+    file: Path = typer.Argument(..., help=_common.WORKLOAD_HELP),
     set_: List[str] = typer.Option([], "--set", "-s", help="KNOB=VALUE over the file's BASELINE; repeatable."),
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
     probe_timeout: str = typer.Option("120s", help="Wall-clock limit of the probe (e.g. 90s, 5m)."),

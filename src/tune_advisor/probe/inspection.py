@@ -39,7 +39,8 @@ def _inspect(spec: ProbeSpec, phase: Callable[[str], None]) -> dict[str, Any]:
                             "return a torch.utils.data.Dataset (map-style or IterableDataset)")
     conv = sum(isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d)) for m in model.modules())
     facts = {
-        "model_class": type(model).__name__,
+        "model_class": getattr(model, "user_class", None) or type(model).__name__,  # a framework's wrapper: its
+        # user's class
         "parameters": sum(p.numel() for p in model.parameters()),
         "conv_layers": conv,
         "repeated_blocks": apply.describe_repeated_blocks(model),
@@ -68,6 +69,8 @@ def _inspect(spec: ProbeSpec, phase: Callable[[str], None]) -> dict[str, Any]:
     loss_fn = wl.compute_loss or wl_mod.default_loss
     try:
         loss = loss_fn(model, apply.to_device(batch, device, False, False))
+    except WorkloadError:  # a framework adapter's check (a training_step returning no loss)
+        raise
     except wl_mod.BatchError as exc:
         raise WorkloadError(shown, str(exc), wl_mod.BATCH_FIX) from None
     except Exception as exc:
@@ -89,6 +92,7 @@ def _inspect(spec: ProbeSpec, phase: Callable[[str], None]) -> dict[str, Any]:
         "baseline": wl.baseline,
         "search": wl.search,
         "item_name": wl.item_name,
+        "framework": wl.framework,
         "optional": [n for n in ("compute_loss", "build_optimizer", "collate_fn", "count_items")
                      if getattr(wl, n) is not None],
     }

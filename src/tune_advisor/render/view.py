@@ -12,7 +12,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .. import knobs, snippets
+from .. import frameworks, knobs, snippets
 from ..fmt import fmt_bytes, fmt_ci, fmt_seconds, fmt_speedup, fmt_value
 
 FAILED = ("oom", "error", "timeout", "crashed", "diverged")
@@ -24,6 +24,7 @@ STOPPED, UNSUPPORTED = "stopped", "unsupported"
 STAIR_ORDER = ["amp", "matmul_precision", "channels_last", "cudnn_benchmark", "compile", "optimizer_impl",
                "pin_memory", "num_workers", "persistent_workers", "prefetch_factor", "checkpointing", "batch_size"]
 _MAX_PERMUTED = 6  # beyond this many changes, take STAIR_ORDER instead of trying every order
+FRAMEWORK_NAMES = {"hf": "Hugging Face Trainer (build_trainer)", "lightning": "Lightning (build_module)"}
 
 
 def as_dict(value: Any) -> dict:
@@ -179,9 +180,11 @@ def build(document: Mapping[str, Any]) -> Report:
         changes=changes,
         speedup=speedup,
         verdict=_verdict(baseline, recommended, changes, probes, speedup),
-        snippet=_snippet(recommended) if changes else None,
-        batch_note=_batch_note(base_settings, changes, as_dict(workload.get("facts")).get("dataset_len")),
-        findings=[_finding(f) for f in _list(doc.get("findings")) if isinstance(f, dict)],
+        snippet=_snippet(recommended, base_settings, workload.get("framework")) if changes else None,
+        batch_note=_batch_note(base_settings, changes, as_dict(workload.get("facts")).get("dataset_len"),
+                               workload.get("framework")),
+        findings=[_in_framework(_finding(f), base_settings, workload.get("framework"))
+                  for f in _list(doc.get("findings")) if isinstance(f, dict)],
         staircase=staircase(baseline, recommended, probes),
         rows=rows,
         failed=[r for r in rows if r.status in FAILED],
@@ -235,14 +238,20 @@ def _verdict(baseline, recommended, changes, probes, speedup) -> str:
     return f"Change {knobs.describe(changes)} (not confirmed by measuring it again beside the baseline)."
 
 
-def _snippet(recommended: dict) -> str:
-    return snippets.recommended(knobs.full_settings(as_dict(recommended.get("settings"))))
+def _snippet(recommended: dict, base: dict, framework: Any = None) -> str:
+    """The "Apply it" code: a Trainer's or Lightning's own arguments when the workload handed one over."""
+    settings = knobs.full_settings(as_dict(recommended.get("settings")))
+    in_framework = frameworks.recommendation(framework, knobs.full_settings(base), settings)
+    return in_framework if in_framework is not None else snippets.recommended(settings)
 
 
-def _batch_note(base: dict, changes: dict, dataset_len: Any = None) -> str | None:
+def _batch_note(base: dict, changes: dict, dataset_len: Any = None, framework: Any = None) -> str | None:
     old, new = base.get("batch_size"), changes.get("batch_size")
     if not isinstance(old, int) or not isinstance(new, int) or old <= 0 or new <= 0:
         return None
+    in_framework = frameworks.batch_note(framework, base, {**base, **changes})
+    if in_framework is not None:
+        return in_framework
     return knobs.batch_change_note(old, new, dataset_len if isinstance(dataset_len, int) else None)
 
 
@@ -300,6 +309,19 @@ def _finding(f: dict) -> Finding:
         speedup=gain.get("speedup"), time_saved_frac=as_num(gain.get("time_saved_frac")),
         probes=[str(p) for p in _list(f.get("probes"))],
     )
+
+
+def _in_framework(finding: Finding, base: dict, framework: Any) -> Finding:
+    """A finding's fix in the framework's own arguments, when the workload handed a Trainer or module over and the
+    fix is settings (a fix that is only code, like torch.set_num_threads, stays as the rule wrote it)."""
+    fix = finding.fix_settings
+    if not fix or not all(k in knobs.KNOBS for k in fix):
+        return finding
+    settings = knobs.full_settings(base)
+    text = frameworks.recommendation(framework, settings, {**settings, **fix})
+    if text is not None:
+        finding.snippet = text
+    return finding
 
 
 def staircase(baseline: dict | None, recommended: dict | None, probes: list[dict]) -> list[Step]:
@@ -377,6 +399,9 @@ def _workload(workload: dict) -> list[tuple[str, str]]:
         if workload.get(key) not in (None, ""):
             value = workload[key]
             items.append((key, f"{value:,}" if isinstance(value, int) else str(value)))
+    framework = as_dict(workload.get("framework"))
+    if framework.get("name"):
+        items.append(("framework", FRAMEWORK_NAMES.get(str(framework["name"]), str(framework["name"]))))
     search = as_dict(workload.get("search"))
     if search:
         items.append(("search", "; ".join(f"{k}: {fmt_value(v)}" for k, v in search.items())))

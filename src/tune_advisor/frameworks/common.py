@@ -1,0 +1,83 @@
+"""What both adapters share: the Adapted parts, the framework import with its install hint, the effective batch
+kept through gradient accumulation when the batch size changes, and values written as the user writes them."""
+
+from __future__ import annotations
+
+import enum
+import json
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..errors import WorkloadError
+
+
+@dataclass
+class Adapted:
+    """What a framework object gives the engine: the plain workload's functions and the user's settings.
+
+    `baseline` holds knob values read from the framework's configuration; `config` the framework's own settings
+    as the user wrote them (saved in results.json `workload.framework`, read by the report's recommendation).
+    """
+
+    framework: str
+    build_model: Callable
+    build_dataset: Callable
+    compute_loss: Callable
+    build_optimizer: Callable | None
+    collate_fn: Callable | None
+    count_items: Callable | None
+    item_name: str
+    baseline: dict[str, Any]
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+def require(name: str, extra: str, shown: str, entry: str):
+    """Import the framework module `name`; not installed → a WorkloadError naming the extra to install."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        raise WorkloadError(shown, f"it defines {entry}(), which needs the '{name}' package, and it is not "
+                                   "installed", f"pip install 'tune-advisor[{extra}]' (or pip install {name})"
+                            ) from None
+
+
+def accumulation(old_batch: int, old_accum: int, new_batch: int) -> tuple[int, bool]:
+    """(accumulation steps at `new_batch`, whether they keep the effective batch old_batch x old_accum exactly)."""
+    effective = old_batch * max(old_accum, 1)
+    if effective % new_batch == 0:
+        return effective // new_batch, True
+    return max(1, round(effective / new_batch)), False
+
+
+def accumulation_note(old_batch: int, old_accum: int, new_batch: int, setting: str) -> str:
+    """The batch-size change in words: the accumulation that keeps the effective batch, or why none can."""
+    accum, kept = accumulation(old_batch, old_accum, new_batch)
+    effective = old_batch * max(old_accum, 1)
+    head = f"batch size {old_batch} → {new_batch} per device"
+    if kept:
+        return (f"{head}, {setting} {old_accum} → {accum}: the effective batch stays {effective} "
+                f"({new_batch} x {accum}), so the optimisation is unchanged (one optimizer step per {effective} "
+                "samples).")
+    new_effective = new_batch * accum
+    ratio = new_effective / effective
+    accumulate = f", {setting} {old_accum} → {accum}" if accum != old_accum else ""
+    return (f"{head}{accumulate}: the effective batch changes from {effective} to {new_effective}, which changes "
+            f"the optimisation; scale the learning rate about {ratio:.3g}x (linear rule) or {ratio ** 0.5:.3g}x "
+            "(square root, Adam-style) and re-check convergence.")
+
+
+def steps(value: Any) -> int:
+    """An accumulation step count read from the user's settings or a saved file: 1 unless a positive integer."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+
+
+def literal(value: Any) -> str:
+    """A Python literal as the user writes it in a call (strings in double quotes)."""
+    value = plain(value)
+    return json.dumps(value) if isinstance(value, str) else repr(value)
+
+
+def plain(value: Any) -> Any:
+    """A JSON-friendly value: enums (TrainingArguments' optim is one) as their value."""
+    return value.value if isinstance(value, enum.Enum) else value

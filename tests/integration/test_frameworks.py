@@ -1,0 +1,42 @@
+"""`analyze` end to end on a Hugging Face Trainer and on a LightningModule handed over as they are: real child
+probes, the baseline from the framework's own settings, and the recommendation in the framework's terms."""
+
+from tune_advisor import api, results
+
+from ..conftest import FAST, FIXTURES
+
+
+def analyze(name, tmp_path):
+    # Only the loader ladder: the fixtures' planted bottleneck, and enough to see the whole path in well under a minute.
+    options = api.AnalyzeOptions(out=tmp_path / "out", device="cpu", protocol=FAST, budget="60s",
+                                 only_knobs=["num_workers"])
+    return api.analyze(FIXTURES / name, options)
+
+
+def test_a_trainer_is_analysed_and_advised_as_training_arguments(tmp_path):
+    # WHEN analyze runs on a file that defines only build_trainer()
+    result = analyze("hf_trainer.py", tmp_path)
+    saved = results.read(result.results_path)
+    # THEN the workload is recorded as a Trainer, its baseline is its TrainingArguments, throughput is in tokens
+    assert saved["workload"]["framework"]["name"] == "hf"
+    assert saved["workload"]["framework"]["config"]["args"]["gradient_accumulation_steps"] == 4
+    assert result.baseline.ok and result.baseline.settings["batch_size"] == 8
+    assert result.baseline.settings["num_workers"] == 0
+    assert saved["baseline"]["throughput"]["unit"] == "tokens/s"
+    # AND the records' read latency makes loader workers the advice, written as the TrainingArguments field
+    workers = result.recommended.settings["num_workers"]
+    assert workers > 0
+    report = (result.out_dir / "report.md").read_text()
+    assert "# TrainingArguments(...)" in report and f"+ dataloader_num_workers={workers}," in report
+
+
+def test_a_lightning_module_is_analysed_and_advised_as_dataloader_arguments(tmp_path):
+    result = analyze("lightning_module.py", tmp_path)
+    saved = results.read(result.results_path)
+    assert saved["workload"]["framework"]["name"] == "lightning"
+    assert saved["workload"]["model_class"] == "SmallCNN"
+    assert result.baseline.ok and result.baseline.settings["batch_size"] == 16
+    workers = result.recommended.settings["num_workers"]
+    assert workers > 0
+    report = (result.out_dir / "report.md").read_text()
+    assert "# DataLoader(...) in train_dataloader()" in report and f"+ num_workers={workers}," in report
