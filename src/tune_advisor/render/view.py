@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .. import knobs, snippets
+from ..script import flags
 from ..fmt import fmt_bytes, fmt_ci, fmt_seconds, fmt_speedup, fmt_value
 
 FAILED = ("oom", "error", "timeout", "crashed", "diverged")
@@ -142,6 +143,9 @@ class Report:
     created: str = ""
     version: str = ""
     extras: dict = field(default_factory=dict)
+    # script mode: the recommendation as the script's command line, through its mapped flags (None: no mapped
+    # knob changed, or not a script)
+    run_command: str | None = None
 
     @property
     def baseline_ok(self) -> bool:
@@ -200,6 +204,7 @@ def build(document: Mapping[str, Any]) -> Report:
         has_gpu=any(r.gpu_util is not None for r in rows),
         created=str(doc.get("created") or ""),
         version=str(as_dict(doc.get("tool")).get("version") or ""),
+        run_command=_run_command(workload, base_settings, recommended) if changes else None,
     )
 
 
@@ -237,6 +242,19 @@ def _verdict(baseline, recommended, changes, probes, speedup) -> str:
 
 def _snippet(recommended: dict) -> str:
     return snippets.recommended(knobs.full_settings(as_dict(recommended.get("settings"))))
+
+
+def _run_command(workload: dict, base: dict, recommended: dict) -> str | None:
+    """`python train.py ARGS FLAGS` for a script whose mapped knobs the recommendation changes."""
+    script = as_dict(workload.get("script"))
+    if not script or not isinstance(workload.get("path"), str):
+        return None
+    try:
+        maps = flags.maps_from_json(as_dict(script.get("map")))
+        args = [str(a) for a in _list(script.get("args"))]
+    except (KeyError, TypeError, ValueError):  # a hand-edited file: no command rather than a crash
+        return None
+    return flags.command_line(workload["path"], args, maps, as_dict(recommended.get("settings")), base)
 
 
 def _batch_note(base: dict, changes: dict, dataset_len: Any = None) -> str | None:
