@@ -37,9 +37,6 @@ class FlagMap:
             return [self.flag] if value else []
         return [self.flag, str(value)]
 
-    def expresses(self, value: Any) -> bool:
-        return bool(self.argv(value)) or (not self.values and knobs.KNOBS[self.knob].type is bool)
-
     def to_dict(self) -> dict[str, Any]:
         """results.json's form: {"flag": "--precision", "values": {"bf16": "bf16"}} (values {} for every value)."""
         return {"flag": self.flag, "values": {_text(k): v for k, v in self.values.items()}}

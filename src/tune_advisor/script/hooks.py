@@ -335,8 +335,8 @@ def outermost_module(param_ids: set[int]):
     """The nn.Module holding the most of these parameters, the outermost of equals (the one with most modules)."""
     best, best_key = None, (0, 0)
     for obj in gc.get_objects():
-        if not isinstance(obj, torch.nn.Module):
-            continue
+        if not issubclass(type(obj), torch.nn.Module):  # type(): isinstance reads __class__, which some lazy
+            continue  # module objects answer with a deprecation warning
         try:
             held = sum(1 for p in obj.parameters() if id(p) in param_ids)
         except Exception:  # a half-built module

@@ -1,0 +1,217 @@
+"""Script mode's patches, in this process: what they observe of a script and what they change, and that they
+leave nothing behind. The script here is this test's own code, calling torch as a training script would."""
+
+from __future__ import annotations
+
+import multiprocessing
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from tune_advisor import knobs, workload
+from tune_advisor.probe.spec import ProbeSpec
+from tune_advisor.script import driver
+from tune_advisor.script.hooks import Hooks, ScriptStop, outermost_module
+
+from ..conftest import BAD
+
+HERE = Path(__file__)
+
+
+def make_hooks(settings=None, apply_knobs=True, mapped=(), steps=None):
+    steps = [] if steps is None else steps
+    return Hooks(HERE, knobs.full_settings(settings or {}), "cpu", apply_knobs, set(mapped), None,
+                 on_step=lambda optimizer: steps.append(optimizer)).install()
+
+
+def dataset(n=32):
+    return TensorDataset(torch.randn(n, 4, 8, 8), torch.randint(2, (n,)))
+
+
+def test_the_training_loader_gets_the_knob_values_and_the_script_asked_for_is_kept():
+    hooks = make_hooks({"batch_size": 16})
+    try:
+        train = DataLoader(dataset(), batch_size=4, shuffle=True)
+        evaluation = DataLoader(dataset(), batch_size=2)
+    finally:
+        hooks.remove()
+    assert train.batch_size == 16 and evaluation.batch_size == 2  # only the first-built (training) loader
+    assert hooks.loaders[0]["batch_size"] == 4 and hooks.loader_facts["dataset_len"] == 32
+    assert hooks.applied["loader"]["batch_size"] == 16
+
+
+def test_a_mapped_knob_is_left_to_the_script():
+    hooks = make_hooks({"batch_size": 16}, mapped={"batch_size"})
+    try:
+        loader = DataLoader(dataset(), batch_size=4)
+    finally:
+        hooks.remove()
+    assert loader.batch_size == 4
+
+
+def test_each_optimizer_step_is_a_step_with_its_samples_wait_and_loss():
+    steps: list = []
+    hooks = make_hooks({"batch_size": 8}, steps=steps)
+    try:
+        loader = DataLoader(dataset(24), batch_size=4)
+        model = nn.Sequential(nn.Flatten(), nn.Linear(256, 2))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in loader:
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+            wait, items, new_epoch = hooks.take_step_input()
+            assert items == 8 and wait >= 0
+            assert hooks.read_loss() == pytest.approx(loss.item())
+    finally:
+        hooks.remove()
+    assert len(steps) == 3 and hooks.epochs == 1 and hooks.model is model
+
+
+def test_the_model_is_the_outermost_module_holding_the_parameters():
+    inner = nn.Linear(4, 2)
+    outer = nn.Sequential(inner, nn.ReLU())
+    assert outermost_module({id(p) for p in inner.parameters()}) is outer
+
+
+def test_amp_and_channels_last_are_applied_around_the_models_forward():
+    hooks = make_hooks({"amp": "bf16", "channels_last": True})
+    try:
+        model = nn.Conv2d(4, 4, 3)
+        torch.optim.SGD(model.parameters(), lr=0.1)
+        out = model(torch.randn(2, 4, 8, 8))
+    finally:
+        hooks.remove()
+    assert out.dtype == torch.bfloat16 and model.weight.is_contiguous(memory_format=torch.channels_last)
+    assert not hooks.own_autocast
+
+
+def test_the_scripts_own_autocast_is_seen():
+    hooks = make_hooks(apply_knobs=False)
+    try:
+        model = nn.Linear(4, 2)
+        torch.optim.SGD(model.parameters(), lr=0.1)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            model(torch.randn(2, 4))
+    finally:
+        hooks.remove()
+    assert hooks.own_autocast
+
+
+def test_with_several_optimizers_only_the_first_ones_steps_count():
+    steps: list = []
+    hooks = make_hooks(steps=steps)
+    try:
+        a, b = nn.Linear(2, 2), nn.Linear(2, 2)
+        opt_a, opt_b = torch.optim.SGD(a.parameters(), lr=0.1), torch.optim.SGD(b.parameters(), lr=0.1)
+        for _ in range(2):
+            (a(torch.randn(1, 2)).sum() + b(torch.randn(1, 2)).sum()).backward()
+            opt_a.step()
+            opt_b.step()
+    finally:
+        hooks.remove()
+    assert len(hooks.stepped) == 2 and steps == [opt_a, opt_a]
+
+
+def test_processes_started_by_the_script_are_refused_before_they_start():
+    hooks = make_hooks()
+    try:
+        with pytest.raises(ScriptStop) as stopped:
+            multiprocessing.get_context("fork").Process(target=print).start()
+        with pytest.raises(ScriptStop):
+            subprocess.run([sys.executable, "-c", "pass"])
+    finally:
+        hooks.remove()
+    assert stopped.value.kind == "refused" and "test_script_hooks.py:" in stopped.value.message
+
+
+def test_dataloader_workers_are_not_the_scripts_processes():
+    hooks = make_hooks({"num_workers": 1, "batch_size": 4})
+    try:
+        batches = list(DataLoader(dataset(8), batch_size=4))
+    finally:
+        hooks.remove()
+    assert len(batches) == 2 and hooks.refused is None
+
+
+def test_stdin_is_at_end_of_file_and_a_read_is_noted():
+    hooks = make_hooks()
+    try:
+        with pytest.raises(EOFError):
+            input("continue? ")
+    finally:
+        hooks.remove()
+    assert hooks.stdin.read_from and sys.stdin is not hooks.stdin
+
+
+def test_remove_puts_everything_back():
+    before = (DataLoader.__init__, DataLoader.__iter__, torch.optim.Optimizer.__init__, torch.Tensor.backward,
+              subprocess.Popen.__init__, sys.stdin)
+    make_hooks().remove()
+    assert (DataLoader.__init__, DataLoader.__iter__, torch.optim.Optimizer.__init__, torch.Tensor.backward,
+            subprocess.Popen.__init__, sys.stdin) == before
+
+
+@pytest.mark.parametrize("source, script", [
+    ("import argparse\nparser = argparse.ArgumentParser()\n", True),
+    ("def build_model():\n    pass\n", False),
+    ("from models import build_model\n", False),
+    ("def build_dataset():\n    pass\n", False),  # a workload missing build_model(): named as such, not run
+    ("def build_modle():\n    pass\n", False),
+    ("def main():\n    pass\n", True),
+])
+def test_a_file_without_build_model_is_a_script(tmp_path, source, script):
+    path = tmp_path / "f.py"
+    path.write_text(source)
+    assert workload.is_script(path) is script
+
+
+def script_facts(**overrides):
+    base = {"optimizers": 1, "model_found": True, "own_autocast": False, "own_compile": False,
+            "loader": {"batch_sampler": False}, "mapped": []}
+    return knobs.WorkloadFacts(conv_layers=2, extra={"script": {**base, **overrides}})
+
+
+@pytest.mark.parametrize("knob, value, facts, reason", [
+    ("amp", "bf16", script_facts(own_autocast=True), "enters torch.autocast itself"),
+    ("channels_last", True, script_facts(optimizers=2), "steps 2 optimizers"),
+    ("batch_size", 64, script_facts(loader=None), "builds no torch DataLoader"),
+    ("batch_size", 64, script_facts(loader={"batch_sampler": True}), "batch_sampler"),
+    ("compile", "default", script_facts(own_compile=True), "compiles its model itself"),
+    ("optimizer_impl", "fused", script_facts(), "builds its own optimizer"),
+])
+def test_knobs_script_mode_cannot_set_are_not_applicable_with_the_reason(knob, value, facts, reason):
+    assert reason in knobs.not_applicable(knob, value, facts, knobs.DeviceFacts("cpu"))
+
+
+def test_a_mapped_knob_applies_whatever_the_script_does_itself():
+    facts = script_facts(own_autocast=True, mapped=["amp"])
+    assert knobs.not_applicable("amp", "bf16", facts, knobs.DeviceFacts("cpu")) is None
+
+
+def inspect(name: str, *args: str) -> dict:
+    spec = ProbeSpec(id="i", workload=str(BAD / "scripts" / name), settings=knobs.full_settings(), mode="inspect",
+                     script={"args": list(args), "map": {}, "cwd": None})
+    return driver.inspect(spec, lambda text: None)
+
+
+def test_inspecting_a_script_that_exits_early_says_what_it_printed():
+    error = inspect("exits_early.py")["error"]
+    assert "exited with sys.exit(2) before its first optimizer step" in error["cause"]
+    assert "the following arguments are required: --data" in error["cause"]
+
+
+def test_inspecting_a_script_that_crashes_names_its_line():
+    error = inspect("crashes_early.py")["error"]
+    assert "raised RuntimeError" in error["cause"] and "before its first optimizer step" in error["cause"]
+    assert error["line"] == 14
+
+
+def test_inspecting_a_script_that_never_steps_says_nothing_trained():
+    error = inspect("no_optimizer_step.py")["error"]
+    assert "without calling optimizer.step()" in error["cause"] and "nothing trained" in error["cause"]
