@@ -149,7 +149,9 @@ def load(path: str | Path) -> Workload:
             defined = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
             close = difflib.get_close_matches(name, defined, n=1)
             hint = f" (found '{close[0]}': a typo?)" if close else ""
-            raise WorkloadError(shown, f"no {name}() defined{hint}", f"define {name}(); {CONTRACT}")
+            script = (f"; or, a plain training script, analyse it as one: tune-advisor analyze {shown} -- ARGS"
+                      if is_script(p) else "")
+            raise WorkloadError(shown, f"no {name}() defined{hint}", f"define {name}(); {CONTRACT}{script}")
 
     return Workload(
         path=p, module=module,

@@ -23,9 +23,9 @@ from ..conftest import BAD
 HERE = Path(__file__)
 
 
-def make_hooks(settings=None, apply_knobs=True, mapped=(), steps=None):
+def make_hooks(settings=None, apply_knobs=True, mapped=(), steps=None, train_site=None):
     steps = [] if steps is None else steps
-    return Hooks(HERE, knobs.full_settings(settings or {}), "cpu", apply_knobs, set(mapped), None,
+    return Hooks(HERE, knobs.full_settings(settings or {}), "cpu", apply_knobs, set(mapped), train_site,
                  on_step=lambda optimizer: steps.append(optimizer)).install()
 
 
@@ -33,32 +33,64 @@ def dataset(n=32):
     return TensorDataset(torch.randn(n, 4, 8, 8), torch.randint(2, (n,)))
 
 
-def test_the_training_loader_gets_the_knob_values_and_the_script_asked_for_is_kept():
-    hooks = make_hooks({"batch_size": 16})
-    try:
-        train = DataLoader(dataset(), batch_size=4, shuffle=True)
-        evaluation = DataLoader(dataset(), batch_size=2)
-    finally:
-        hooks.remove()
-    assert train.batch_size == 16 and evaluation.batch_size == 2  # only the first-built (training) loader
-    assert hooks.loaders[0]["batch_size"] == 4 and hooks.loader_facts["dataset_len"] == 32
-    assert hooks.applied["loader"]["batch_size"] == 16
+def build_loaders():
+    """A script's loaders: an evaluation one built first, then the training one."""
+    evaluation = DataLoader(dataset(), batch_size=2)
+    train = DataLoader(dataset(), batch_size=4, shuffle=True)
+    return evaluation, train
+
+
+def one_step(loader):
+    model = nn.Sequential(nn.Flatten(), nn.Linear(256, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = next(iter(loader))
+    nn.functional.cross_entropy(model(x), y).backward()
+    optimizer.step()
+
+
+def script():
+    """What a script does: reads an evaluation batch, then trains one step."""
+    evaluation, train = build_loaders()
+    next(iter(evaluation))
+    one_step(train)
+    return evaluation, train
+
+
+def run_twice(probe_settings, mapped=()):
+    """The inspection, then a probe with `probe_settings` told the training loader's site: the same script run
+    from the same place, as the probe child runs it again."""
+    runs, site = [], None
+    for settings, apply_knobs in (({}, False), (probe_settings, True)):
+        hooks = make_hooks(settings, apply_knobs=apply_knobs, mapped=mapped, train_site=site)
+        try:
+            evaluation, train = script()
+        finally:
+            hooks.remove()
+        site = hooks.train_site
+        runs.append((hooks, evaluation, train))
+    return runs
+
+
+def test_the_training_loader_is_the_one_that_fed_the_first_step_and_gets_the_knob_values():
+    (inspected, _, _), (probe, evaluation, train) = run_twice({"batch_size": 16})
+    # THEN the inspection knows the training loader by where it is built, and what the script asked of it
+    assert inspected.loader_facts["batch_size"] == 4 and inspected.loader_facts["dataset_len"] == 32
+    assert inspected.train_site.startswith("test_script_hooks.py:39 < ") and len(inspected.loaders) == 2
+    # AND in the probe only the training loader gets the knob's value
+    assert train.batch_size == 16 and evaluation.batch_size == 2
+    assert probe.applied["loader"]["batch_size"] == 16
 
 
 def test_a_mapped_knob_is_left_to_the_script():
-    hooks = make_hooks({"batch_size": 16}, mapped={"batch_size"})
-    try:
-        loader = DataLoader(dataset(), batch_size=4)
-    finally:
-        hooks.remove()
-    assert loader.batch_size == 4
+    _, (_, _, train) = run_twice({"batch_size": 16}, mapped={"batch_size"})
+    assert train.batch_size == 4
 
 
 def test_each_optimizer_step_is_a_step_with_its_samples_wait_and_loss():
     steps: list = []
-    hooks = make_hooks({"batch_size": 8}, steps=steps)
+    hooks = make_hooks(steps=steps)
     try:
-        loader = DataLoader(dataset(24), batch_size=4)
+        loader = DataLoader(dataset(24), batch_size=8)
         model = nn.Sequential(nn.Flatten(), nn.Linear(256, 2))
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         for x, y in loader:

@@ -78,7 +78,7 @@ def _script_inspection(shown: str, resolved: Path, spec: ProbeSpec, run, script:
                       baseline=knobs.full_settings(run.result["baseline"]), search=run.result["search"],
                       item_name=run.result["item_name"], optional=[],
                       script={**script, "baseline": knobs.full_settings(run.result["baseline"]),
-                              "loader_index": loader.get("index")})
+                              "loader_site": loader.get("site")})
 
 
 def device_facts(device: str) -> knobs.DeviceFacts:

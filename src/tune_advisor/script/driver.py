@@ -138,6 +138,8 @@ class Steps:
         wait, items, new_epoch = hooks.take_step_input()
         loss = hooks.read_loss()
         if loss is not None and not math.isfinite(loss):
+            self.raw["loss"].append(None)  # JSON has no NaN: kept as null, the probe's loss not finite
+            self.raw["loss_step"].append(self.steps - 1)
             raise ScriptStop("diverged", f"loss became {loss} at optimizer step {self.steps}")
         if self.warmup is None:
             self._first_step()
@@ -223,7 +225,7 @@ def train(spec: ProbeSpec, phase: Callable[[str], None], out: dict[str, Any], wo
     torch.manual_seed(spec.seed)
     steps = Steps(spec, out, phase, device_type)
     hooks = steps.hooks = Hooks(path, settings, device_type, apply_knobs=True, mapped=mapped,
-                                loader_index=script.get("loader_index"), on_step=steps)
+                                train_site=script.get("loader_site"), on_step=steps)
     phase(f"script: running it, {BEFORE_FIRST_STEP}")
     run = ScriptRun(path, argv, cwd)
     hooks.install()
@@ -344,7 +346,7 @@ def inspect(spec: ProbeSpec, phase: Callable[[str], None]) -> dict[str, Any]:
         if len(seen) >= INSPECT_STEPS:
             raise ScriptStop("done")
 
-    hooks = Hooks(path, spec.settings, device_type, apply_knobs=False, mapped=set(maps), loader_index=None,
+    hooks = Hooks(path, spec.settings, device_type, apply_knobs=False, mapped=set(maps), train_site=None,
                   on_step=on_step)
     phase(f"script: running it, {BEFORE_FIRST_STEP}")
     run = ScriptRun(path, list(script.get("args") or []), scratch_folder(script))

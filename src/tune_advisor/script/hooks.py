@@ -74,10 +74,11 @@ class ClosedStdin(io.StringIO):
 
 
 class TimedIterator:
-    """The training loader's iterator: the time spent waiting in `next` and the samples it handed out."""
+    """A DataLoader's iterator as the script sees it: the time spent waiting in `next` and the batches it handed
+    out go to the hooks (which count only the training loader's)."""
 
-    def __init__(self, inner, hooks: "Hooks"):
-        self._inner, self._hooks = inner, hooks
+    def __init__(self, inner, hooks: "Hooks", loader, record: dict[str, Any]):
+        self._inner, self._hooks, self._loader, self._record = inner, hooks, loader, record
 
     def __iter__(self):
         return self
@@ -85,7 +86,7 @@ class TimedIterator:
     def __next__(self):
         t0 = time.perf_counter()
         batch = next(self._inner)
-        self._hooks.batch_arrived(batch, time.perf_counter() - t0)
+        self._hooks.batch_arrived(self._loader, self._record, batch, time.perf_counter() - t0)
         return batch
 
     def __len__(self):
@@ -97,17 +98,22 @@ class TimedIterator:
 
 class Hooks:
     """The patches of one script run. `settings`: every knob; `apply`: substitute the knobs' values (False in
-    inspect mode: observe only); `mapped`: knobs the script's own flags set (left alone here); `loader_index`: which
-    DataLoader (in construction order) is the training loader, None: the first one built; `on_step(optimizer)` is
-    called after each optimizer step."""
+    inspect mode: observe only); `mapped`: knobs the script's own flags set (left alone here); `train_site`: where
+    the script builds its training DataLoader (`file:line`, as the inspection found it: the loader whose batches
+    fed the first optimizer step), None: not known yet, found at the first step; `on_step(optimizer)` is called
+    after each optimizer step.
+
+    The training loader is known by where it is built, not by order: a script that builds a new one every epoch
+    builds each at the same line."""
 
     def __init__(self, script: Path, settings: Mapping[str, Any], device_type: str, apply_knobs: bool,
-                 mapped: set[str], loader_index: int | None, on_step: Callable[[Any], None]):
+                 mapped: set[str], train_site: str | None, on_step: Callable[[Any], None]):
         self.script, self.settings, self.device_type = script, dict(settings), device_type
-        self.apply, self.mapped, self.loader_index, self.on_step = apply_knobs, mapped, loader_index, on_step
-        self.loaders: list[dict[str, Any]] = []  # each DataLoader built: what the script asked for
-        self.train_loader = None
-        self.loader_facts: dict[str, Any] | None = None
+        self.apply, self.mapped, self.train_site, self.on_step = apply_knobs, mapped, train_site, on_step
+        self.loaders: list[dict[str, Any]] = []  # each DataLoader built: what the script asked for, and where
+        self.train_loader = None  # the latest training DataLoader
+        self.loader_facts: dict[str, Any] | None = None  # what the script asked of the training loader
+        self.last_fed: tuple[Any, dict[str, Any]] | None = None  # the loader that handed out a batch last
         self.epochs = 0  # iterators made from the training loader
         self.new_epoch = False  # one was made since the last step
         self.wait_s, self.items, self.batches = 0.0, 0.0, 0  # since the last step
@@ -124,6 +130,7 @@ class Hooks:
         self.refused: str | None = None
         self.stdin = ClosedStdin()
         self._inside = False  # inside our own autocast: an enabled autocast there is not the script's
+        self._records: dict[int, dict[str, Any]] = {}  # id(DataLoader) -> its record
         self._undo: list[Callable[[], None]] = []
 
     # --- installing ------------------------------------------------------------------------------------------
@@ -164,18 +171,20 @@ class Hooks:
             bound.apply_defaults()
             a = bound.arguments
             index = len(hooks.loaders)
-            asked = {"batch_size": a["batch_size"], "num_workers": a["num_workers"], "pin_memory": a["pin_memory"],
-                     "prefetch_factor": a["prefetch_factor"], "persistent_workers": a["persistent_workers"],
-                     "batch_sampler": a["batch_sampler"] is not None, "dataset": type(a["dataset"]).__name__}
-            hooks.loaders.append(asked)
-            train = index == (hooks.loader_index or 0)
+            record = {"index": index, "site": construction_site() or f"#{index}",
+                      "batch_size": a["batch_size"], "num_workers": a["num_workers"], "pin_memory": a["pin_memory"],
+                      "prefetch_factor": a["prefetch_factor"], "persistent_workers": a["persistent_workers"],
+                      "batch_sampler": a["batch_sampler"] is not None, "dataset": type(a["dataset"]).__name__,
+                      "dataset_len": _safe_len(a["dataset"]),
+                      "iterable_dataset": isinstance(a["dataset"], IterableDataset)}
+            hooks.loaders.append(record)
+            train = record["site"] == hooks.train_site
             if train and hooks.apply:
                 hooks.applied["loader"] = hooks._substitute(a)
             original(*bound.args, **bound.kwargs)
+            hooks._records[id(loader)] = record
             if train:
-                hooks.train_loader = loader
-                hooks.loader_facts = {"index": index, **asked, "dataset_len": _safe_len(a["dataset"]),
-                                      "iterable_dataset": isinstance(a["dataset"], IterableDataset)}
+                hooks.train_loader, hooks.loader_facts = loader, record
 
         return init
 
@@ -203,15 +212,24 @@ class Hooks:
 
         def iter_(loader):
             inner = original(loader)
-            if loader is not hooks.train_loader:
+            record = hooks._records.get(id(loader))
+            if record is None:  # built before the hooks were installed
                 return inner
-            hooks.epochs += 1
-            hooks.new_epoch = True
-            return TimedIterator(inner, hooks)
+            if hooks.is_train(record):
+                hooks.epochs += 1
+                hooks.new_epoch = True
+            return TimedIterator(inner, hooks, loader, record)
 
         return iter_
 
-    def batch_arrived(self, batch, waited_s: float) -> None:
+    def is_train(self, record: dict[str, Any]) -> bool:
+        """Whether the loader of `record` is the training loader (before the first step, not known: any loader)."""
+        return self.train_site is None or record["site"] == self.train_site
+
+    def batch_arrived(self, loader, record: dict[str, Any], batch, waited_s: float) -> None:
+        self.last_fed = (loader, record)
+        if not self.is_train(record):
+            return  # an evaluation loader's batches are not training samples
         tensor = apply.first_tensor(batch)
         self.items += float(tensor.shape[0]) if tensor is not None and tensor.dim() > 0 else 1.0
         self.wait_s += waited_s
@@ -303,6 +321,9 @@ class Hooks:
         return backward
 
     def _stepped(self, optimizer, args, kwargs) -> None:
+        if self.train_site is None and self.last_fed is not None:  # the first step: its batches' loader trains
+            self.train_loader, self.loader_facts = self.last_fed
+            self.train_site = self.loader_facts["site"]
         if id(optimizer) not in self.stepped:
             self.stepped.append(id(optimizer))
         if id(optimizer) == self.stepped[0]:  # with several optimizers, the first one's steps are the steps
@@ -372,6 +393,21 @@ def user_caller(script: Path) -> str | None:
             return None
         return f"{Path(resolved).name}:{frame.f_lineno}"
     return None
+
+
+def construction_site() -> str | None:
+    """Where the script builds a DataLoader: the `file:line` of every caller in its own code (outside torch,
+    tune-advisor and the standard library), nearest first, joined by " < " — a helper that builds both the training
+    and the evaluation loader is told apart by its callers. None when no caller is the script's."""
+    frame, lines = sys._getframe(2), []
+    while frame is not None:
+        name = frame.f_code.co_filename
+        resolved = "" if name.startswith("<") else os.path.realpath(name)
+        if resolved and not (resolved.startswith(_OWN_ROOT) or resolved.startswith(_LIBRARY_ROOTS)
+                             or "site-packages" in resolved):
+            lines.append(f"{Path(resolved).name}:{frame.f_lineno}")
+        frame = frame.f_back
+    return " < ".join(lines) or None
 
 
 def _channels_last(value):
