@@ -89,3 +89,24 @@ def test_a_bad_map_on_the_command_line_exits_2(cli, tmp_path):
     script.write_text("print('hi')\n")
     result = cli("analyze", script, "-o", tmp_path / "out", "--map", "batch_size")
     assert result.exit_code == 2 and "expected KNOB=FLAG" in result.output
+
+
+def test_the_reports_print_the_command_line_beside_the_snippet():
+    from tune_advisor.render import html, markdown, view
+
+    from ..conftest import golden
+
+    # GIVEN a script-mode run whose recommendation changes a mapped knob
+    doc = golden("cnn")
+    base = doc["baseline"]["settings"]["batch_size"]
+    doc["recommended"]["settings"]["batch_size"] = base * 4
+    doc["workload"].update(path="train.py", kind="script",
+                           script={"args": ["--epochs", "1"], "map": {"batch_size": {"flag": "--batch-size"}}})
+    # THEN the report holds the command line to run, and the Markdown shows it under the snippet
+    report = view.build(doc)
+    assert report.run_command == f"python train.py --epochs 1 --batch-size {base * 4}"
+    text = markdown.render(doc)
+    assert text.index("Apply it") < text.index(report.run_command)
+    assert report.run_command in html.render(doc)
+    # AND a workload file's report has none
+    assert view.build(golden("cnn")).run_command is None
