@@ -83,6 +83,16 @@ def test_a_probe_of_a_script_measures_its_steps_in_a_scratch_folder(tmp_path, mo
     assert leftovers() == []
 
 
+def test_a_probe_runs_the_script_in_the_folder_the_user_names(tmp_path):
+    spec = probe_spec(tmp_path / "work", [])
+    here = tmp_path / "here"
+    here.mkdir()
+    spec = ProbeSpec(**{**spec.__dict__, "script": {**spec.script, "cwd": str(here)}})
+    result = runner.run_probe(spec, tmp_path / "work")
+    assert result.status is Status.OK, result.error
+    assert (here / "tiny_log.txt").exists() and result.extra["script"]["cwd"] == str(here)
+
+
 def test_a_script_that_ends_before_enough_steps_is_an_error_saying_so(tmp_path):
     # 256 samples in batches of 128, one epoch: two optimizer steps, one of them warm-up
     spec = probe_spec(tmp_path, ["--epochs", "1", "--batch-size", "128"])

@@ -4,6 +4,7 @@ leave nothing behind. The script here is this test's own code, calling torch as 
 from __future__ import annotations
 
 import multiprocessing
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -75,7 +76,8 @@ def test_the_training_loader_is_the_one_that_fed_the_first_step_and_gets_the_kno
     (inspected, _, _), (probe, evaluation, train) = run_twice({"batch_size": 16})
     # THEN the inspection knows the training loader by where it is built, and what the script asked of it
     assert inspected.loader_facts["batch_size"] == 4 and inspected.loader_facts["dataset_len"] == 32
-    assert inspected.train_site.startswith("test_script_hooks.py:39 < ") and len(inspected.loaders) == 2
+    line = next(i for i, text in enumerate(HERE.read_text().splitlines(), 1) if "train = DataLoader(" in text)
+    assert inspected.train_site.startswith(f"test_script_hooks.py:{line} < ") and len(inspected.loaders) == 2
     # AND in the probe only the training loader gets the knob's value
     assert train.batch_size == 16 and evaluation.batch_size == 2
     assert probe.applied["loader"]["batch_size"] == 16
@@ -157,6 +159,8 @@ def test_processes_started_by_the_script_are_refused_before_they_start():
             multiprocessing.get_context("fork").Process(target=print).start()
         with pytest.raises(ScriptStop):
             subprocess.run([sys.executable, "-c", "pass"])
+        with pytest.raises(ScriptStop):
+            os.fork()
     finally:
         hooks.remove()
     assert stopped.value.kind == "refused" and "test_script_hooks.py:" in stopped.value.message
@@ -183,10 +187,10 @@ def test_stdin_is_at_end_of_file_and_a_read_is_noted():
 
 def test_remove_puts_everything_back():
     before = (DataLoader.__init__, DataLoader.__iter__, torch.optim.Optimizer.__init__, torch.Tensor.backward,
-              subprocess.Popen.__init__, sys.stdin)
+              subprocess.Popen.__init__, os.fork, sys.stdin)
     make_hooks().remove()
     assert (DataLoader.__init__, DataLoader.__iter__, torch.optim.Optimizer.__init__, torch.Tensor.backward,
-            subprocess.Popen.__init__, sys.stdin) == before
+            subprocess.Popen.__init__, os.fork, sys.stdin) == before
 
 
 @pytest.mark.parametrize("source, script", [

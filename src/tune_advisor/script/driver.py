@@ -131,6 +131,8 @@ class Steps:
         self.sampler: NvmlSampler | None = None
 
     def __call__(self, optimizer) -> None:
+        if self.measured_wall is not None:  # the script caught the stop (a bare except) and trained on: again
+            raise ScriptStop("done")
         _sync(self.device_type)
         now = time.perf_counter()
         hooks = self.hooks

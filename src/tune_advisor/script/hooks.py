@@ -6,8 +6,9 @@
   model knobs to it: checkpointing, channels_last, autocast around its forward (channels_last inputs too), compile.
 - a global optimizer step post-hook: each `optimizer.step()` ends a training step (`on_step`).
 - `Tensor.backward`: the last scalar it was called on is the step's loss (for loss parity).
-- `multiprocessing`'s `Process.start` and `subprocess.Popen` called from the script's own code: refused (script
-  mode measures one process); `sys.stdin`: empty, and a read is noted.
+- `multiprocessing`'s `Process.start`, `subprocess.Popen` and `os.fork` called from the script's own code: refused
+  before a process starts (script mode measures one process; DataLoader workers and torch's own processes are
+  started by library code, and pass); `sys.stdin`: empty, and a read is noted.
 
 Only inside the child (torch is imported there anyway); `Hooks.remove` puts everything back.
 """
@@ -142,6 +143,7 @@ class Hooks:
         self._patch(torch.Tensor, "backward", self._backward)
         self._patch(multiprocessing.process.BaseProcess, "start", self._guard_spawn("multiprocessing Process.start"))
         self._patch(subprocess.Popen, "__init__", self._guard_spawn("subprocess.Popen"))
+        self._patch(os, "fork", self._guard_spawn("os.fork"))  # multiprocessing's fork goes through it too
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
         handle = register_optimizer_step_post_hook(self._stepped)
