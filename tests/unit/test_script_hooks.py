@@ -251,3 +251,23 @@ def test_inspecting_a_script_that_crashes_names_its_line():
 def test_inspecting_a_script_that_never_steps_says_nothing_trained():
     error = inspect("no_optimizer_step.py")["error"]
     assert "without calling optimizer.step()" in error["cause"] and "nothing trained" in error["cause"]
+
+
+def test_a_deep_copied_or_pickled_model_still_works():
+    import copy
+    import pickle
+
+    hooks = make_hooks({"amp": "bf16"})
+    try:
+        model = nn.Linear(4, 2)
+        torch.optim.SGD(model.parameters(), lr=0.1)
+        ema = copy.deepcopy(model)  # an EMA copy, as many scripts keep
+        with torch.no_grad():
+            ema.weight.zero_()
+            ema.bias.zero_()
+        out = ema(torch.randn(2, 4))
+        restored = pickle.loads(pickle.dumps(model))  # torch.save(model) pickles it whole
+    finally:
+        hooks.remove()
+    assert out.abs().sum() == 0 and out.dtype == torch.bfloat16  # the copy's own weights, under the knob's autocast
+    assert restored(torch.randn(1, 4)).shape == (1, 2)

@@ -130,13 +130,15 @@ class Hooks:
         self.loss = None  # the last scalar backward() was called on
         self.refused: str | None = None
         self.stdin = ClosedStdin()
-        self._inside = False  # inside our own autocast: an enabled autocast there is not the script's
         self._records: dict[int, dict[str, Any]] = {}  # id(DataLoader) -> its record
         self._undo: list[Callable[[], None]] = []
 
     # --- installing ------------------------------------------------------------------------------------------
 
     def install(self) -> "Hooks":
+        global _watching
+        _watching = self
+        self._undo.append(_stop_watching)
         self._patch(DataLoader, "__init__", self._loader_init)
         self._patch(DataLoader, "__iter__", self._loader_iter)
         self._patch(torch.optim.Optimizer, "__init__", self._optimizer_init)
@@ -279,7 +281,7 @@ class Hooks:
         self._wrap_model(model)
 
     def _wrap_model(self, model) -> None:
-        """Apply the model knobs that are not mapped to flags; the forward wrapper also notes the script's own
+        """Apply the model knobs that are not mapped to flags. Its forward hooks also note the script's own
         autocast (then the amp knob cannot be applied from outside)."""
         s, free = self.settings, set(MODEL_KNOBS) - self.mapped
         apply_ = self.apply
@@ -289,23 +291,11 @@ class Hooks:
         if channels_last:
             model.to(memory_format=torch.channels_last)  # Parameter objects kept: the optimizer still holds them
         amp = s["amp"] if apply_ and "amp" in free else "off"
-        hooks, device_type, original = self, self.device_type, model.forward
-
-        def forward(*args, **kwargs):
-            if torch.is_autocast_enabled(device_type) and not hooks._inside:
-                hooks.own_autocast = True
-            if channels_last:
-                args = tuple(_channels_last(a) for a in args)
-            if amp == "off":
-                return original(*args, **kwargs)
-            hooks._inside = True
-            try:
-                with apply.autocast({"amp": amp}, device_type):
-                    return original(*args, **kwargs)
-            finally:
-                hooks._inside = False
-
-        model.forward = forward  # an instance attribute: nn.Module.__call__ finds it before the class's
+        around = ForwardHooks(amp, self.device_type, channels_last)
+        # Module hooks, not a replaced forward: a script that deep-copies the model (an EMA copy) or pickles it
+        # whole (torch.save(model)) gets a working copy, not one whose forward calls the original's.
+        self._undo.append(model.register_forward_pre_hook(around.before).remove)
+        self._undo.append(model.register_forward_hook(around.after, always_call=True).remove)
         self.applied.update({"model": self.model_facts.get("model_class"), "amp": amp,
                              "channels_last": channels_last})
         if apply_ and "compile" in free and s["compile"] != "off" and not self.own_compile:
@@ -352,6 +342,43 @@ class Hooks:
             return guarded
 
         return make
+
+
+_watching: Hooks | None = None  # the installed Hooks, told by ForwardHooks when the script autocasts itself
+
+
+def _stop_watching() -> None:
+    global _watching
+    _watching = None
+
+
+class ForwardHooks:
+    """Around the model's forward: the amp knob's autocast entered before and left after (also when it raises),
+    4-D float inputs made channels_last; an autocast already on before it (not ours) is the script's own.
+    A module-level class, so a model pickled or deep-copied with its hooks stays usable."""
+
+    def __init__(self, amp: str, device_type: str, channels_last: bool):
+        self.amp, self.device_type, self.channels_last = amp, device_type, channels_last
+        self.entered: list = []  # our autocast contexts of forwards still running (nested calls)
+
+    def before(self, module, args):
+        if not self.entered and _watching is not None and torch.is_autocast_enabled(self.device_type):
+            _watching.own_autocast = True
+        if self.amp != "off":
+            context = apply.autocast({"amp": self.amp}, self.device_type)
+            context.__enter__()
+            self.entered.append(context)
+        if self.channels_last:
+            return tuple(_channels_last(a) for a in args)
+        return None
+
+    def after(self, module, args, output):
+        if self.entered:
+            self.entered.pop().__exit__(None, None, None)
+        return None
+
+    def __getstate__(self):
+        return {**self.__dict__, "entered": []}
 
 
 def outermost_module(param_ids: set[int]):
