@@ -271,3 +271,13 @@ def test_a_deep_copied_or_pickled_model_still_works():
         hooks.remove()
     assert out.abs().sum() == 0 and out.dtype == torch.bfloat16  # the copy's own weights, under the knob's autocast
     assert restored(torch.randn(1, 4)).shape == (1, 2)
+
+
+def test_a_probe_whose_loader_is_built_elsewhere_than_inspected_is_refused():
+    hooks = make_hooks({"batch_size": 16}, train_site="train.py:12 < train.py:40")
+    try:
+        with pytest.raises(ScriptStop) as stopped:
+            one_step(DataLoader(dataset(), batch_size=4))
+    finally:
+        hooks.remove()
+    assert "not at train.py:12 < train.py:40 as when it was inspected" in stopped.value.message

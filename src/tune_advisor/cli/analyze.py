@@ -69,7 +69,7 @@ def _maps(flag_map: list[str] | None) -> list[str] | None:
 def command(
     file: Path = typer.Argument(..., help="The workload file (defines build_model() and build_dataset()), or a plain "
                                           "training script (script mode: docs/script-mode.md)."),
-    script_args: Optional[list[str]] = typer.Argument(None, metavar="[-- SCRIPT_ARGS...]",
+    script_args: Optional[list[str]] = typer.Argument(None, metavar="SCRIPT_ARGS",
                                                       help="A script's own arguments, after --: it runs as "
                                                            "`python FILE SCRIPT_ARGS`."),
     flag_map: Optional[list[str]] = typer.Option(None, "--map", help="Set a knob through the script's own flag: "

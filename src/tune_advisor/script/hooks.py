@@ -316,6 +316,12 @@ class Hooks:
         if self.train_site is None and self.last_fed is not None:  # the first step: its batches' loader trains
             self.train_loader, self.loader_facts = self.last_fed
             self.train_site = self.loader_facts["site"]
+        elif self.apply and self.train_loader is None and self.last_fed is not None and not self.stepped:
+            # A probe whose script built its loader elsewhere than in the inspection: the loader knobs never
+            # reached it, so its figures would be the script's own settings under another name.
+            raise ScriptStop("refused", f"its training DataLoader was built at {self.last_fed[1]['site']}, not at "
+                                        f"{self.train_site} as when it was inspected, so the loader knobs could "
+                                        "not be set (do its arguments change where it builds the loader?)")
         if id(optimizer) not in self.stepped:
             self.stepped.append(id(optimizer))
         if id(optimizer) == self.stepped[0]:  # with several optimizers, the first one's steps are the steps
