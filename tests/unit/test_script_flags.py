@@ -110,3 +110,19 @@ def test_the_reports_print_the_command_line_beside_the_snippet():
     assert report.run_command in html.render(doc)
     # AND a workload file's report has none
     assert view.build(golden("cnn")).run_command is None
+
+
+def test_script_arguments_given_to_a_workload_file_or_a_ddp_script_are_usage_errors():
+    from tune_advisor.api.facade import script_mode
+
+    from ..conftest import WORKLOADS
+
+    with pytest.raises(UsageError, match="takes no arguments after --"):
+        script_mode(WORKLOADS / "tiny_mlp.py", AnalyzeOptions(script_args=["--epochs", "1"]), None)
+    assert script_mode(WORKLOADS / "tiny_mlp.py", AnalyzeOptions(), None) is None
+    script = WORKLOADS / "scripts" / "tiny_script.py"
+    with pytest.raises(UsageError, match="script mode measures one process"):
+        script_mode(script, AnalyzeOptions(), {"nproc_per_node": 2})
+    found = script_mode(script, AnalyzeOptions(script_args=["--epochs", "1"], maps=["batch_size=--batch-size"]), None)
+    assert found == {"args": ["--epochs", "1"], "map": {"batch_size": {"flag": "--batch-size", "values": {}}},
+                     "cwd": None}
