@@ -230,26 +230,26 @@ def test_a_mapped_knob_applies_whatever_the_script_does_itself():
     assert knobs.not_applicable("amp", "bf16", facts, knobs.DeviceFacts("cpu")) is None
 
 
-def inspect(name: str, *args: str) -> dict:
+def inspect(name: str, cwd: Path) -> dict:
     spec = ProbeSpec(id="i", workload=str(BAD / "scripts" / name), settings=knobs.full_settings(), mode="inspect",
-                     script={"args": list(args), "map": {}, "cwd": None})
+                     script={"args": [], "map": {}, "cwd": str(cwd)})
     return driver.inspect(spec, lambda text: None)
 
 
-def test_inspecting_a_script_that_exits_early_says_what_it_printed():
-    error = inspect("exits_early.py")["error"]
+def test_inspecting_a_script_that_exits_early_says_what_it_printed(tmp_path):
+    error = inspect("exits_early.py", tmp_path)["error"]
     assert "exited with sys.exit(2) before its first optimizer step" in error["cause"]
     assert "the following arguments are required: --data" in error["cause"]
 
 
-def test_inspecting_a_script_that_crashes_names_its_line():
-    error = inspect("crashes_early.py")["error"]
+def test_inspecting_a_script_that_crashes_names_its_line(tmp_path):
+    error = inspect("crashes_early.py", tmp_path)["error"]
     assert "raised RuntimeError" in error["cause"] and "before its first optimizer step" in error["cause"]
     assert error["line"] == 14
 
 
-def test_inspecting_a_script_that_never_steps_says_nothing_trained():
-    error = inspect("no_optimizer_step.py")["error"]
+def test_inspecting_a_script_that_never_steps_says_nothing_trained(tmp_path):
+    error = inspect("no_optimizer_step.py", tmp_path)["error"]
     assert "without calling optimizer.step()" in error["cause"] and "nothing trained" in error["cause"]
 
 
