@@ -15,7 +15,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from tune_advisor import knobs, workload
-from tune_advisor.probe.spec import ProbeSpec
+from tune_advisor.probe import evidence
+from tune_advisor.probe.spec import ProbeSpec, Protocol
 from tune_advisor.script import driver
 from tune_advisor.script.hooks import Hooks, ScriptStop, outermost_module
 
@@ -281,3 +282,49 @@ def test_a_probe_whose_loader_is_built_elsewhere_than_inspected_is_refused():
     finally:
         hooks.remove()
     assert "not at train.py:12 < train.py:40 as when it was inspected" in stopped.value.message
+
+
+class FakeHooks:
+    """What driver.Steps reads of the hooks: each step's samples and wait, and its loss."""
+
+    def __init__(self, losses):
+        self.losses, self.train_loader, self.applied = list(losses), None, {}
+
+    def take_step_input(self):
+        return 0.001, 8.0, False
+
+    def read_loss(self):
+        return self.losses.pop(0)
+
+
+def steps_for(losses, protocol):
+    out = {"raw": evidence.empty_raw(), "extra": {}}
+    spec = ProbeSpec(id="p", workload="train.py", settings=knobs.full_settings(), protocol=protocol)
+    steps = driver.Steps(spec, out, lambda text: None, "cpu")
+    steps.hooks = FakeHooks(losses)
+    return steps, out
+
+
+def test_steps_warm_up_then_measure_until_the_stop_rule_ends_the_script():
+    protocol = Protocol(warmup_steps=2, min_steps=3, min_time_s=0.0, max_steps=3, max_time_s=60.0)
+    steps, out = steps_for([1.0] * 10, protocol)
+    with pytest.raises(ScriptStop) as stopped:
+        for _ in range(10):
+            steps(None)
+    # THEN the two warm-up steps are not in the figures, three measured ones are, each with its samples and loss
+    assert stopped.value.kind == "done" and steps.steps == 5
+    assert len(out["raw"]["step_s"]) == 3 and out["raw"]["items"] == [8.0] * 3 and out["unit"] == "samples/s"
+    assert out["raw"]["loss_step"] == [2, 3, 4]
+    # AND a script that catches the stop and goes on is stopped again at its next step, nothing more recorded
+    with pytest.raises(ScriptStop):
+        steps(None)
+    assert len(out["raw"]["step_s"]) == 3
+
+
+def test_a_non_finite_loss_ends_the_script_as_diverged():
+    steps, out = steps_for([1.0, float("nan")], Protocol(warmup_steps=1))
+    steps(None)
+    with pytest.raises(ScriptStop) as stopped:
+        steps(None)
+    assert stopped.value.kind == "diverged" and "loss became nan at optimizer step 2" in stopped.value.message
+    assert out["raw"]["loss"] == [None]
