@@ -328,3 +328,19 @@ def test_a_non_finite_loss_ends_the_script_as_diverged():
         steps(None)
     assert stopped.value.kind == "diverged" and "loss became nan at optimizer step 2" in stopped.value.message
     assert out["raw"]["loss"] == [None]
+
+
+def test_with_gradient_accumulation_a_step_counts_every_micro_batch():
+    hooks = make_hooks()
+    try:
+        loader = DataLoader(dataset(32), batch_size=8)
+        model = nn.Sequential(nn.Flatten(), nn.Linear(256, 2))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for i, (x, y) in enumerate(loader):
+            (nn.functional.cross_entropy(model(x), y) / 2).backward()
+            if i % 2 == 1:  # one optimizer step per two micro-batches
+                optimizer.step()
+                _, items, _ = hooks.take_step_input()
+                assert items == 16
+    finally:
+        hooks.remove()
