@@ -100,6 +100,7 @@ def test_the_reports_print_the_command_line_beside_the_snippet():
     doc = golden("cnn")
     base = doc["baseline"]["settings"]["batch_size"]
     doc["recommended"]["settings"]["batch_size"] = base * 4
+    doc["recommended"]["settings"]["num_workers"] = 3
     doc["workload"].update(path="train.py", kind="script",
                            script={"args": ["--epochs", "1"], "map": {"batch_size": {"flag": "--batch-size"}}})
     # THEN the report holds the command line to run, and the Markdown shows it under the snippet
@@ -108,6 +109,8 @@ def test_the_reports_print_the_command_line_beside_the_snippet():
     text = markdown.render(doc)
     assert text.index("Apply it") < text.index(report.run_command)
     assert report.run_command in html.render(doc)
+    # AND the change no flag sets is named, to apply in code
+    assert report.run_command_rest.startswith("num_workers=3") and "no flag of the script sets these" in text
     # AND a workload file's report has none
     assert view.build(golden("cnn")).run_command is None
 
