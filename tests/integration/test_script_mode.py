@@ -10,7 +10,7 @@ import pytest
 
 from tune_advisor import knobs
 from tune_advisor.api.inspection import inspect_workload
-from tune_advisor.probe import runner
+from tune_advisor.probe import lockstep, runner
 from tune_advisor.probe.result import Status
 from tune_advisor.probe.spec import ProbeSpec
 
@@ -119,4 +119,21 @@ def test_analyze_a_script_with_a_mapped_flag(cli, tmp_path, monkeypatch):
     argv = other[0]["extra"]["script"]["argv"]
     assert argv[:2] == ["--epochs", "20"] and argv[2:] == ["--batch-size", str(other[0]["settings"]["batch_size"])]
     assert not (tmp_path / "tiny_log.txt").exists()
+    assert leftovers() == []
+
+
+def test_two_script_probes_take_turns_in_lockstep(tmp_path):
+    # GIVEN two configurations of the tiny script, measured as the planner's duels and confirmation are
+    reference = probe_spec(tmp_path, [])
+    candidate = ProbeSpec(**{**reference.__dict__, "id": "c", "settings": {**reference.settings, "batch_size": 16}})
+    reference = ProbeSpec(**{**reference.__dict__, "id": "r"})
+    results = lockstep.run_pair([reference, candidate], tmp_path, ["recheck", "knob:batch_size"], first=1)
+    # THEN both measured the same number of steps, strictly one after the other, each step the script's own
+    assert [r.status for r in results] == [Status.OK, Status.OK], [r.error for r in results]
+    n = len(results[0].step_s)
+    assert n == len(results[1].step_s) >= FAST.min_steps
+    spans = sorted((a, b, r.id) for r in results for a, b in r.extra["lockstep"]["spans"])
+    assert all(end <= start for (_, end, _), (start, _, _) in zip(spans, spans[1:])), "steps overlapped"
+    assert "".join(name for _, _, name in spans) == "".join(("cr", "rc")[i % 2] for i in range(n))
+    assert set(results[1].items) == {16.0} and set(results[0].items) == {8.0}
     assert leftovers() == []

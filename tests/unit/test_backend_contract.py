@@ -1,7 +1,7 @@
 """Every ProbeBackend (probe/backend.py) against the one contract the Session relies on: the tests' fake, the local
-backend (real child probes of a tiny workload) and its unpaired variant for plain scripts, torchrun (a DDP job of
-two gloo ranks) and Ray (tasks of a local Ray instance). A torchrun probe takes about 6 s here, so torchrun runs
-one: `many` is LocalBackend's, checked there."""
+backend (real child probes of a tiny workload), torchrun (a DDP job of two gloo ranks) and Ray (tasks of a local
+Ray instance). A torchrun probe takes about 6 s here, so torchrun runs one: `many` is LocalBackend's, checked
+there."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from tune_advisor import knobs
 from tune_advisor.distributed.launch import layout
-from tune_advisor.executors.local import LocalBackend, TorchrunBackend, UnpairedBackend
+from tune_advisor.executors.local import LocalBackend, TorchrunBackend
 from tune_advisor.probe.backend import ProbeBackend
 from tune_advisor.probe.result import ProbeResult, Status
 from tune_advisor.probe.spec import ProbeSpec
@@ -17,7 +17,7 @@ from tune_advisor.probe.spec import ProbeSpec
 from ..conftest import FAST, WORKLOADS
 from ..fakes import FakeBackend
 
-KINDS = ["fake", "local", "unpaired", "torchrun", "ray"]
+KINDS = ["fake", "local", "torchrun", "ray"]
 PAIRS = ["fake", "local"]  # the others refuse a pair (can_pair False): checked below
 RUNS_MANY = ["fake", "local", "ray"]  # torchrun's many is LocalBackend's, checked there
 
@@ -47,8 +47,6 @@ def backend(kind, tmp_path, request):
         made = FakeBackend(lambda s: 1000.0, pair_memory_bytes=2**30)
     elif kind == "local":
         made = LocalBackend(tmp_path, pair_memory_bytes=2**30)
-    elif kind == "unpaired":  # plain scripts' backend (script mode): LocalBackend's probes, never paired
-        made = UnpairedBackend(tmp_path)
     elif kind == "torchrun":
         made = TorchrunBackend(tmp_path)
     else:

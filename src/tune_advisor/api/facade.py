@@ -83,7 +83,7 @@ def analyze(path: str | Path, options: AnalyzeOptions | None = None,
         info = inspect_workload(path, device, workdir, inspect_s, script=script)
         memory = _memory_budget(options.max_memory, previous, device)
         record = _start_record(path, out_dir, options, info, device, layout, memory, previous)
-        backend = remote or executors.local_backend(device, layout, workdir, memory, pairs=info.script is None)
+        backend = remote or executors.local_backend(device, layout, workdir, memory)
         session = _session(record, backend, ProbeSpecs(info, device, layout, options, observer), options.budget,
                            started, finished, observer)
         observer.on_start(info, session)

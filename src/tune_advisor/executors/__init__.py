@@ -1,7 +1,7 @@
 """Where probes run: the ProbeBackend implementations (the interface: probe/backend.py).
 
 local.py  child processes of this machine, one at a time: LocalBackend (duels in lockstep pairs) and, for DDP
-          probes, TorchrunBackend (no pairs); UnpairedBackend for plain scripts (no pairs)
+          probes, TorchrunBackend (no pairs)
 ray.py    `--executor ray`: Ray tasks on a cluster or a local Ray instance, independent probes side by side
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..probe.backend import ProbeBackend
-from .local import LocalBackend, TorchrunBackend, UnpairedBackend, pair_memory
+from .local import LocalBackend, TorchrunBackend, pair_memory
 
 EXECUTORS = ("local", "ray")
 
@@ -35,13 +35,9 @@ def connect(name: str, address: str | None, device: str, workdir: Path) -> Probe
     return RayBackend(address, device, workdir)
 
 
-def local_backend(device: str, layout: dict[str, Any] | None, workdir: Path, memory_budget: int | None,
-                  pairs: bool = True) -> ProbeBackend:
+def local_backend(device: str, layout: dict[str, Any] | None, workdir: Path, memory_budget: int | None) -> ProbeBackend:
     """Probes on this machine: DDP probes through torchrun when there is a `layout` (distributed/launch.py), else
-    single processes, paired within `memory_budget` (executors.local.pair_memory) unless `pairs` is False (plain
-    scripts: executors.local.UnpairedBackend)."""
+    single processes, paired within `memory_budget` (executors.local.pair_memory)."""
     if layout is not None:
         return TorchrunBackend(workdir)
-    if not pairs:
-        return UnpairedBackend(workdir)
     return LocalBackend(workdir, pair_memory(device, memory_budget))

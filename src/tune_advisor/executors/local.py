@@ -53,17 +53,6 @@ class LocalBackend:
         """Nothing to release: the probe zygotes (probe/runner.py) serve every analysis of this process."""
 
 
-class UnpairedBackend(LocalBackend):
-    """Plain scripts (script mode): each probe a child process, never paired. A lockstep pair hands each side its
-    turn step by step; script mode's steps are the script's own, ended by its optimizer's hook, with no baton to
-    wait on. The Session then compares by runs one after the other in alternating order."""
-
-    can_pair = False
-
-    def pair(self, specs: list[ProbeSpec], roles: list[str], first: int) -> list[ProbeResult]:
-        raise NotImplementedError("script-mode probes are not measured in lockstep pairs")
-
-
 class TorchrunBackend(LocalBackend):
     """DDP probes: each a torchrun job of this machine, its layout in the spec (`distributed`). Never paired:
     lockstep passes its baton to one child process, not to a job of several ranks."""

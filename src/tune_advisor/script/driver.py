@@ -26,7 +26,7 @@ import torch
 from .. import workload as wl_mod
 from ..analysis.stats import wave_noise
 from ..collectors.nvml import NvmlSampler
-from ..probe import apply, failure
+from ..probe import apply, failure, lockstep
 from ..probe.evidence import CompileStats, debug_switches, memory_peaks, tree_cpu_seconds
 from ..probe.result import Status
 from ..probe.spec import ProbeSpec
@@ -129,6 +129,28 @@ class Steps:
         self.quiet = 0
         self.cpu_before = 0.0
         self.sampler: NvmlSampler | None = None
+        # A lockstep side (probe/lockstep.py): its warm-up waits for its turn, each measured step for the baton.
+        self.baton = lockstep.baton(spec)
+        self.begun = False
+
+    def before_train_iter(self, loader) -> None:
+        """Before the training loader starts (its workers too): a lockstep side's turn to warm up, as in
+        probe/training.py; its epoch length goes to the parent."""
+        if self.baton.active and not self.begun:
+            workers = getattr(loader, "num_workers", 0) or 0
+            try:
+                epoch_steps = len(loader) if workers > 0 else None
+            except TypeError:
+                epoch_steps = None
+            self._baton(self.baton.begin, epoch_steps)
+            self.begun = True
+
+    def _baton(self, call, *args):
+        """A baton call; its failure (the partner or the parent gone) ends the script past its own excepts."""
+        try:
+            return call(*args)
+        except lockstep.LockstepError as exc:
+            raise ScriptStop("lockstep", str(exc)) from None
 
     def __call__(self, optimizer) -> None:
         if self.measured_wall is not None:  # the script caught the stop (a bare except) and trained on: again
@@ -145,12 +167,16 @@ class Steps:
             raise ScriptStop("diverged", f"loss became {loss} at optimizer step {self.steps}")
         if self.warmup is None:
             self._first_step()
+            if self.baton.active and not self.begun:  # no training loader: its turn now
+                self._baton(self.baton.begin, None)
+                self.begun = True
         if self.stop is None:  # warming up
             if self.last is not None:
                 self.warmup_step_s.append(now - self.last)
             self.last = now
             if self._warm(now):
                 self._begin(now)
+                self._next_turn()
             else:
                 self.phase(f"script: warm-up, optimizer step {self.steps} done")
             return
@@ -168,9 +194,23 @@ class Steps:
         if new_epoch:
             self.epoch_starts.append(len(raw["step_s"]) - 1)
         self.last = now
+        if self.baton.active:  # the parent decides when both sides of the pair stop
+            self._baton(self.baton.done, raw["step_s"][-1], raw["items"][-1])
+            self._next_turn()
+            return
         if self.stop.done(raw["step_s"], now - self.measure_start):
             self.measured_wall = now - self.measure_start
             raise ScriptStop("done")
+
+    def _next_turn(self) -> None:
+        """A lockstep side waits for the baton before its next measured step, which starts when it comes; a stop
+        instead ends the script."""
+        if not self.baton.active:
+            return
+        if not self._baton(self.baton.wait):
+            self.measured_wall = time.perf_counter() - self.measure_start - self.baton.idle_s
+            raise ScriptStop("done")
+        self.last = time.perf_counter()
 
     def _first_step(self) -> None:
         loader = self.hooks.train_loader
@@ -228,6 +268,7 @@ def train(spec: ProbeSpec, phase: Callable[[str], None], out: dict[str, Any], wo
     steps = Steps(spec, out, phase, device_type)
     hooks = steps.hooks = Hooks(path, settings, device_type, apply_knobs=True, mapped=mapped,
                                 train_site=script.get("loader_site"), on_step=steps)
+    hooks.before_train_iter = steps.before_train_iter
     phase(f"script: running it, {BEFORE_FIRST_STEP}")
     run = ScriptRun(path, argv, cwd)
     hooks.install()
@@ -251,6 +292,8 @@ def train(spec: ProbeSpec, phase: Callable[[str], None], out: dict[str, Any], wo
         return
     if steps.measured_wall is None:  # it ended by itself: its measured steps so far are the window
         steps.measured_wall = sum(out["raw"]["step_s"])
+    if not out["raw"]["step_s"]:  # a lockstep side stopped before its first measured step (the runner says so)
+        return
     _record(out, steps, hooks)
 
 
@@ -272,6 +315,8 @@ def _problem(how: str, what: Any, steps: int, hooks: Hooks, run: ScriptRun, path
             return Status.DIVERGED, what.message
         if what.kind == "refused":
             return Status.ERROR, f"the script cannot be measured: {what.message}"
+        if what.kind == "lockstep":
+            return Status.ERROR, f"lockstep: {what.message}"
         return None
     if how == "raised":
         status, message = failure.classify(what, path, settings)
@@ -313,6 +358,8 @@ def _record(out: dict[str, Any], steps: Steps, hooks: Hooks) -> None:
         "input_shapes_static": len(shapes) <= 1,
         **debug_switches(),
     })
+    if steps.baton.active:
+        extra["lockstep"] = steps.baton.report()
     if steps.compile_stats:
         extra["compile"] = steps.compile_stats.summary(out["applied"].get("compile", "default"),
                                                        steps.warmup_step_s, raw["step_s"])

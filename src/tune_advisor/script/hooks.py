@@ -131,6 +131,7 @@ class Hooks:
         self.refused: str | None = None
         self.stdin = ClosedStdin()
         self._records: dict[int, dict[str, Any]] = {}  # id(DataLoader) -> its record
+        self.before_train_iter: Callable[[Any], None] | None = None  # called before each training-loader iterator
         self._undo: list[Callable[[], None]] = []
 
     # --- installing ------------------------------------------------------------------------------------------
@@ -215,11 +216,14 @@ class Hooks:
         hooks = self
 
         def iter_(loader):
-            inner = original(loader)
             record = hooks._records.get(id(loader))
+            train = record is not None and hooks.is_train(record)
+            if train and hooks.before_train_iter is not None:
+                hooks.before_train_iter(loader)  # a lockstep side waits for its turn before workers start
+            inner = original(loader)
             if record is None:  # built before the hooks were installed
                 return inner
-            if hooks.is_train(record):
+            if train:
                 hooks.epochs += 1
                 hooks.new_epoch = True
             return TimedIterator(inner, hooks, loader, record)
