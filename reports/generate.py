@@ -2,6 +2,7 @@
 
     python reports/generate.py                      # every fixture, 5 minutes each
     python reports/generate.py --budget 2m cnn      # one fixture, a smaller budget
+    python reports/generate.py --budget 2m train_cnn  # the plain script fixtures/scripts/train_cnn.py (script mode)
 
 Each run writes results.json; the reports are then re-rendered from it with `tune-advisor report`, so the folder
 always holds report.html and report.md of the current renderers. Probes are timed: run this on an idle machine.
@@ -19,9 +20,17 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"  # fixtures/bad/ holds broken workloads: not examples
 REPORTS = ROOT / "reports"
 
+# Plain training scripts (script mode): their path, then analyze's options and the script's own arguments (after --).
+SCRIPTS = {
+    "train_cnn": ("fixtures/scripts/train_cnn.py",
+                  ["--map", "batch_size=--batch-size", "--map", "num_workers=--workers", "--map",
+                   "amp=--precision:bf16"],
+                  ["--epochs", "5", "--lr", "3e-4"]),
+}
+
 
 def fixtures() -> list[str]:
-    return sorted(p.stem for p in FIXTURES.glob("*.py"))
+    return sorted([*(p.stem for p in FIXTURES.glob("*.py")), *SCRIPTS])
 
 
 def tune_advisor(*args: str) -> int:
@@ -44,8 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         out = REPORTS / name
         started = time.monotonic()
         # Paths relative to the repository, so the committed results.json records a command anyone can re-run.
-        code = tune_advisor("analyze", f"fixtures/{name}.py", "-o", f"reports/{name}", "--budget", args.budget,
-                            "--device", args.device, "--quiet")
+        path, options, script_args = SCRIPTS.get(name, (f"fixtures/{name}.py", [], []))
+        options = [*options, *(["--", *script_args] if script_args else [])]
+        code = tune_advisor("analyze", path, "-o", f"reports/{name}", "--budget", args.budget,
+                            "--device", args.device, "--quiet", *options)
         if (out / "results.json").exists():  # also after a failed or interrupted run: its partial results
             code = tune_advisor("report", f"reports/{name}/results.json", "--quiet") or code
         print(f"{name}: exit {code} in {time.monotonic() - started:.0f} s", flush=True)

@@ -224,6 +224,11 @@ def not_applicable(name: str, value: Any, workload: WorkloadFacts, device: Devic
     """Why setting knob `name` to `value` cannot apply here (alongside `settings`, when given), or None."""
     if value == KNOBS[name].default:
         return None  # the default (off) always applies
+    script = (workload.extra or {}).get("script")
+    if script is not None:
+        reason = _script_not_applicable(name, value, script)
+        if reason:
+            return reason
     if name in LOADER_KNOBS and settings is not None and not settings.get("num_workers"):
         return "not applicable: num_workers=0 (no loader workers)"
     cuda = device.type == "cuda"
@@ -257,6 +262,40 @@ def not_applicable(name: str, value: Any, workload: WorkloadFacts, device: Devic
     if name == "optimizer_impl" and value not in workload.optimizer_impls:
         return (f"not applicable: {workload.optimizer_class or 'the optimizer'} cannot be built with "
                 f"{value}=True here")
+    return None
+
+
+SCRIPT_MODEL_KNOBS = ("amp", "channels_last", "compile", "checkpointing")
+SCRIPT_LOADER_KNOBS = ("batch_size", "num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
+
+
+def _script_not_applicable(name: str, value: Any, script: Mapping[str, Any]) -> str | None:
+    """Why script mode cannot set knob `name` from outside the script (script/hooks.py), as its inspection saw the
+    script (WorkloadFacts.extra["script"]); None for a knob the script's own flag sets (--map)."""
+    if name in script.get("mapped", ()):
+        return None
+    hint = f"; to set it through the script's own flag: --map {name}=--FLAG"
+    if name in SCRIPT_LOADER_KNOBS:
+        loader = script.get("loader")
+        if not loader:
+            return "not applicable: the script builds no torch DataLoader before its optimizer steps" + hint
+        if name == "batch_size" and loader.get("batch_sampler"):
+            return "not applicable: the script's DataLoader takes a batch_sampler, which decides the batch" + hint
+    if name == "optimizer_impl":
+        return ("not applicable in script mode: the script builds its own optimizer (foreach=True or fused=True "
+                "go into its constructor)")
+    if name in SCRIPT_MODEL_KNOBS:
+        if not script.get("model_found"):
+            return "not applicable: no nn.Module holds the parameters of the script's optimizer" + hint
+        if script.get("optimizers", 1) > 1:
+            return (f"not applicable: the script steps {script['optimizers']} optimizers, so no one model can be "
+                    "changed safely from outside" + hint)
+        if name == "amp" and script.get("own_autocast"):
+            return "not applicable: the script enters torch.autocast itself" + hint
+        if name == "amp" and value == "fp16":
+            return "not applicable in script mode: fp16 needs a GradScaler in the script's own loop" + hint
+        if name in ("compile", "checkpointing") and script.get("own_compile"):
+            return "not applicable: the script compiles its model itself" + hint
     return None
 
 

@@ -21,6 +21,11 @@ from .errors import WorkloadError
 
 REQUIRED = ("build_model", "build_dataset")
 CONTRACT = "a workload file defines build_model() and build_dataset() (SPEC §2)"
+# A file defining one of these (or any other name of the contract, or a near miss of one) is a workload; a file
+# defining none is a plain training script, analysed in script mode (tune_advisor/script/).
+ENTRY_POINTS = ("build_model", "build_trainer", "build_module")
+CONTRACT_NAMES = ("build_dataset", "compute_loss", "build_optimizer", "collate_fn", "count_items", "BASELINE",
+                  "SEARCH")
 MODULE_NAME = "tune_advisor_workload"  # registered in sys.modules so spawned loader workers can unpickle its classes
 
 
@@ -45,6 +50,25 @@ def check_file(path: str | Path) -> Path:
         raise WorkloadError(shown, f"syntax error: {exc.msg}", "fix the syntax error and run again",
                             line=exc.lineno) from None
     return p.resolve()
+
+
+def is_script(path: str | Path) -> bool:
+    """Whether the file is a plain training script rather than a workload: it defines (at its top level, by def,
+    assignment or import) no ENTRY_POINTS, no other contract name and nothing close to an entry point's name (a
+    typo such as build_modle stays a workload, to be named as such). Parsed, never run: call after check_file."""
+    tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    if names & {*ENTRY_POINTS, *CONTRACT_NAMES}:
+        return False
+    return not any(difflib.get_close_matches(entry, names, n=1, cutoff=0.85) for entry in ENTRY_POINTS)
 
 
 def user_frame(exc: BaseException, path: str | Path) -> tuple[int | None, str | None]:
@@ -134,7 +158,9 @@ def load(path: str | Path) -> Workload:
             defined = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
             close = difflib.get_close_matches(name, defined, n=1)
             hint = f" (found '{close[0]}': a typo?)" if close else ""
-            raise WorkloadError(shown, f"no {name}() defined{hint}", f"define {name}(); {CONTRACT}")
+            script = (f"; or, a plain training script, analyse it as one: tune-advisor analyze {shown} -- ARGS"
+                      if is_script(p) else "")
+            raise WorkloadError(shown, f"no {name}() defined{hint}", f"define {name}(); {CONTRACT}{script}")
 
     return Workload(
         path=p, module=module,

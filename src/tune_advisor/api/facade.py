@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import environment, executors, results, rules, rundir
+from .. import workload as workload_mod
 from ..collectors import designate, flops
 from ..distributed import launch
 from ..errors import UsageError
@@ -21,6 +22,7 @@ from ..probe.backend import ProbeBackend
 from ..probe.result import ProbeResult
 from ..probe.spec import ProbeSpec
 from ..render import write_reports
+from ..script import flags
 from ..results import RunRecord
 from .inspection import INSPECT_TIMEOUT_S, Inspection, device_facts, inspect_workload
 from .observer import AnalysisObserver, SilentObserver
@@ -75,7 +77,10 @@ def analyze(path: str | Path, options: AnalyzeOptions | None = None,
         layout = launch.check(options.nproc_per_node, options.nnodes, options.rdzv_endpoint, device)  # DDP, or None
         remote = executors.connect(options.executor, options.ray_address, device, workdir)  # fails before inspecting
         inspect_s = INSPECT_TIMEOUT_S if options.budget is None else min(INSPECT_TIMEOUT_S, options.budget)
-        info = inspect_workload(path, device, workdir, inspect_s)
+        script = script_mode(path, options, layout)
+        if script is not None:  # a script's inspection runs it to its first steps: the probe limit bounds that
+            inspect_s = min(inspect_s, options.probe_timeout)
+        info = inspect_workload(path, device, workdir, inspect_s, script=script)
         memory = _memory_budget(options.max_memory, previous, device)
         record = _start_record(path, out_dir, options, info, device, layout, memory, previous)
         backend = remote or executors.local_backend(device, layout, workdir, memory)
@@ -98,6 +103,21 @@ def analyze(path: str | Path, options: AnalyzeOptions | None = None,
         write_reports(record.document, out_dir)
         return Analysis(outcome.baseline, outcome.recommended, outcome.speedup, outcome.probes, outcome.notes,
                         outcome.unexplored, out_dir, record.document)
+
+
+def script_mode(path: str | Path, options: AnalyzeOptions, layout: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The spec's `script` when the file is a plain training script (it defines no build_model(): see
+    workload.is_script), else None; UsageError for script arguments given to a workload file, or a DDP script."""
+    if not workload_mod.is_script(workload_mod.check_file(path)):
+        if options.script_args:
+            raise UsageError(f"{path} defines build_model() (a workload file), so it takes no arguments after --; "
+                             "arguments after -- are for a plain training script")
+        return None
+    if layout is not None:
+        raise UsageError("script mode measures one process: --nproc-per-node/--nnodes need a build_model() "
+                         "workload")
+    return {"args": list(options.script_args), "map": flags.maps_to_json(options.maps),
+            "cwd": None if options.script_cwd is None else str(options.script_cwd)}
 
 
 def default_out_dir(path: str | Path) -> Path:
@@ -168,12 +188,15 @@ def _start_record(path: str | Path, out_dir: Path, options: AnalyzeOptions, info
         "device": device, "baseline": info.baseline, "search": info.search, "strategy": options.strategy,
         "protocol": dataclasses.asdict(options.protocol), "seed": options.seed,
         "max_memory_bytes": options.max_memory, "knobs": sorted(options.only_knobs) if options.only_knobs else None,
-        "distributed": layout})
+        "distributed": layout, **({"script": {k: info.script[k] for k in ("args", "map")}} if info.script else {})})
     record = RunRecord.start(
         out_dir / "results.json", command=list(options.command or sys.argv), environment=environment.collect(device),
         workload={"path": str(path), "model_class": info.facts.model_class, "parameters": info.facts.parameters,
                   "facts": vars(info.facts), "item_name": info.item_name, "search": info.search,
-                  "framework": info.framework},
+                  "framework": info.framework,
+                  "kind": "script" if info.script else "framework" if info.framework else "functions",
+                  **({"script": {"args": info.script["args"], "map": info.script["map"],
+                                 "cwd": info.script.get("cwd") or "scratch"}} if info.script else {})},
         limit_s=options.budget, memory_budget_bytes=memory,
         execution={"executor": options.executor, "distributed": layout}, identity=identity)
     if previous is not None:
@@ -212,7 +235,7 @@ class ProbeSpecs:
         return ProbeSpec(id=probe_id, workload=str(self.info.path), settings=settings, device=self.device,
                          protocol=protocol_for(role, o.protocol, left), timeout_s=o.probe_timeout, seed=o.seed,
                          profile=self.profiled(role), count_flops=role != DUEL_ROLE, distributed=self.layout,
-                         budget_left_s=left)
+                         budget_left_s=left, script=self.info.script)
 
 
 def _session(record: RunRecord, backend: ProbeBackend, specs: ProbeSpecs, budget_s: float | None, started: float,

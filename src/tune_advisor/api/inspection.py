@@ -26,16 +26,21 @@ class Inspection:
     item_name: str
     optional: list[str]
     framework: dict[str, Any] | None = None  # a Trainer or LightningModule handed over (frameworks/)
+    # script mode: the spec's `script` (probe/spec.py) with the script's own settings and its training loader
+    script: dict[str, Any] | None = None
 
 
 def inspect_workload(path: str | Path, device: str, workdir: Path,
-                     timeout_s: float = INSPECT_TIMEOUT_S) -> Inspection:
-    """Load and check the workload in a child process. Raises WorkloadError (exit 2) for every load problem."""
+                     timeout_s: float = INSPECT_TIMEOUT_S, script: dict[str, Any] | None = None) -> Inspection:
+    """Load and check the workload in a child process. Raises WorkloadError (exit 2) for every load problem.
+    `script`: a plain script (script mode), run to its first optimizer steps as `python FILE ARGS` would."""
     shown = str(path)
     resolved = workload_mod.check_file(path)
     spec = ProbeSpec(id="inspect", workload=str(resolved), settings=knobs.full_settings(), device=device,
-                     timeout_s=timeout_s, mode="inspect")
+                     timeout_s=timeout_s, mode="inspect", script=script)
     run = spawn_child(spec, workdir)
+    if script is not None:
+        return _script_inspection(shown, resolved, spec, run, script)
     if run.timed_out:
         raise WorkloadError(shown, f"loading the workload took longer than {timeout_s:g} s "
                                    f"(stuck while {run.phase or 'starting'})",
@@ -51,6 +56,31 @@ def inspect_workload(path: str | Path, device: str, workdir: Path,
                       baseline=knobs.full_settings(run.result["baseline"]), search=run.result["search"],
                       item_name=run.result["item_name"], optional=run.result["optional"],
                       framework=run.result.get("framework"))
+
+
+def _script_inspection(shown: str, resolved: Path, spec: ProbeSpec, run, script: dict[str, Any]) -> Inspection:
+    """What the inspect child saw of a script, or WorkloadError: what was seen and what to do."""
+    if run.timed_out:
+        before = "before its first optimizer step" in run.phase or not run.phase
+        stage = ("was still running before its first optimizer step" if before else
+                 f"did not get through its first optimizer steps ({run.phase})")
+        raise WorkloadError(shown, f"the script {stage} after {spec.timeout_s:g} s, the probe limit; its process "
+                                   "group was killed", "make it reach its training loop sooner (e.g. less data "
+                                                       "preparation), or raise --probe-timeout")
+    if run.result is None:
+        _, cause = classify_exit(run, spec)
+        raise WorkloadError(shown, f"the process running the script {cause}",
+                            "run the script on its own with the same arguments to find the fault")
+    if run.result.get("status") == "load_error":
+        error = run.result["error"]
+        raise WorkloadError(shown, error["cause"], error["fix"], line=error.get("line"))
+    found = run.result["script"]
+    loader = found.get("loader") or {}
+    return Inspection(path=resolved, facts=knobs.WorkloadFacts(**run.result["facts"]),
+                      baseline=knobs.full_settings(run.result["baseline"]), search=run.result["search"],
+                      item_name=run.result["item_name"], optional=[],
+                      script={**script, "baseline": knobs.full_settings(run.result["baseline"]),
+                              "loader_site": loader.get("site")})
 
 
 def device_facts(device: str) -> knobs.DeviceFacts:

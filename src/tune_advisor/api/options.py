@@ -5,12 +5,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from .. import executors, knobs, rules
 from ..errors import UsageError
 from ..planner import STRATEGIES
 from ..probe.spec import Protocol
+from ..script import flags
 
 DEFAULT_BUDGET_S = 15 * 60
 DEFAULT_PROBE_TIMEOUT_S = 120.0
@@ -50,7 +51,9 @@ class AnalyzeOptions:
     torch.profiler on the baseline and recommended probes. `command`: recorded in results.json (default
     sys.argv). `nproc_per_node`, `nnodes`, `rdzv_endpoint`: DDP probes through torchrun. `executor`: local or ray
     (`ray_address`: the cluster to join). `resume`: continue the interrupted run in `out`, reusing its finished
-    probes.
+    probes. `script_args`: a plain script's arguments (after `--`); `maps`: its flags that set knobs (`--map`
+    specs, or pyproject's knob -> FLAG[:VALUE] table), held as {knob: FlagMap}; `script_cwd`: the folder the script
+    runs in (None: a scratch folder per probe). See docs/script-mode.md.
     """
 
     out: Path | str | None = None
@@ -72,6 +75,9 @@ class AnalyzeOptions:
     executor: str = "local"
     ray_address: str | None = None
     resume: bool = False
+    script_args: Sequence[str] | None = None
+    maps: Sequence[str] | Mapping[str, str] | None = None
+    script_cwd: Path | str | None = None
 
     def __post_init__(self):
         if self.strategy not in STRATEGIES:
@@ -83,9 +89,17 @@ class AnalyzeOptions:
         executors.check(self.executor, self.ray_address)
         normal = {"budget": parse_duration(self.budget), "probe_timeout": parse_duration(self.probe_timeout),
                   "max_memory": parse_bytes(self.max_memory), "out": None if self.out is None else Path(self.out),
-                  "protocol": self.protocol or Protocol()}
+                  "protocol": self.protocol or Protocol(),
+                  "maps": self.maps if _parsed(self.maps) else flags.parse_maps(self.maps),
+                  "script_args": tuple(self.script_args or ()),
+                  "script_cwd": None if self.script_cwd is None else Path(self.script_cwd).resolve()}
         for name in ("only_knobs", "select", "ignore", "command"):
             value = getattr(self, name)
             normal[name] = None if value is None else tuple(value)
         for name, value in normal.items():
             object.__setattr__(self, name, value)  # frozen: normalised once, here
+
+
+def _parsed(maps) -> bool:
+    """Whether `maps` is parsed already ({knob: FlagMap}: dataclasses.replace passes it again)."""
+    return isinstance(maps, Mapping) and all(isinstance(v, flags.FlagMap) for v in maps.values()) and bool(maps)

@@ -16,7 +16,8 @@ from ..errors import TuneAdvisorError, UsageError
 EXIT_INTERRUPTED = 130
 # The workload argument's help, one text for every command that takes a workload file.
 WORKLOAD_HELP = ("The workload file: it defines build_model() and build_dataset(), or build_trainer() returning a "
-                 "Hugging Face Trainer, or build_module() returning a LightningModule (docs/frameworks.md).")
+                 "Hugging Face Trainer, or build_module() returning a LightningModule (docs/frameworks.md); a file "
+                 "defining none of them runs as a plain training script (docs/script-mode.md).")
 
 
 @dataclass

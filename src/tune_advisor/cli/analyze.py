@@ -60,9 +60,24 @@ class LiveOutput(api.SilentObserver):
             err.print(message, markup=False)
 
 
+def _maps(flag_map: list[str] | None) -> list[str] | None:
+    """--map specs (pyproject's [tool.tune-advisor.map] table arrives in the same form: cli/config.py)."""
+    return list(flag_map or []) or None
+
+
 @handle_errors
 def command(
     file: Path = typer.Argument(..., help=_common.WORKLOAD_HELP),
+    script_args: Optional[list[str]] = typer.Argument(None, metavar="SCRIPT_ARGS",
+                                                      help="A script's own arguments, after --: it runs as "
+                                                           "`python FILE SCRIPT_ARGS`."),
+    flag_map: Optional[list[str]] = typer.Option(None, "--map", help="Set a knob through the script's own flag: "
+                                                                     "KNOB=FLAG or KNOB=FLAG:VALUE (e.g. "
+                                                                     "batch_size=--batch-size, amp=--precision:bf16); "
+                                                                     "repeatable."),
+    script_cwd: Optional[Path] = typer.Option(None, help="Run the script in this folder, where its own files "
+                                                         "(checkpoints, logs) land [default: a scratch folder per "
+                                                         "probe, removed after it]."),
     out: Optional[Path] = typer.Option(None, "--out", "-o",
                                        help="Output folder [default: tune-advisor-report/<stem>]."),
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
@@ -108,7 +123,8 @@ def command(
         strategy=strategy,
         only_knobs=[k.strip() for item in only_knobs or [] for k in item.split(",") if k.strip()] or None,
         select=select, ignore=ignore, profile=profile, command=command_line(), nproc_per_node=nproc_per_node,
-        nnodes=nnodes, rdzv_endpoint=rdzv_endpoint, executor=executor, ray_address=ray_address, resume=resume)
+        nnodes=nnodes, rdzv_endpoint=rdzv_endpoint, executor=executor, ray_address=ray_address, resume=resume,
+        script_args=script_args, maps=_maps(flag_map), script_cwd=script_cwd)
     live = LiveOutput(file, options.budget, show=not (quiet or json_out), quiet=quiet)
 
     def second_ctrl_c_exits(signum, frame):  # the first Ctrl-C stops the probe and saves; a second exits at once

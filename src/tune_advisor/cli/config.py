@@ -21,7 +21,10 @@ CONFIGURABLE = {
     "select": ("analyze", "rules", "report"), "ignore": ("analyze", "rules", "report"),
     # The CI gate: its checks, its baseline file, and rounds for both sides of the comparison.
     "check": ("gate",), "baseline": ("gate",), "rounds": ("gate", "baseline"),
+    # Script mode: [tool.tune-advisor.map], knob -> "FLAG[:VALUE]" (the --map option), and the script's folder.
+    "map": ("analyze",), "script_cwd": ("analyze",),
 }
+PARAMETER = {"map": "flag_map"}  # where the option's parameter has another name than its key
 
 
 def find_pyproject(start: Path) -> Path | None:
@@ -47,6 +50,11 @@ def default_map(start: Path | None = None) -> dict[str, dict[str, Any]]:
         if name not in CONFIGURABLE:
             valid = ", ".join(k.replace("_", "-") for k in CONFIGURABLE)
             raise UsageError(f"{path}: [tool.tune-advisor] has an unknown key '{key}'; valid keys: {valid}")
+        if name == "map":
+            if not isinstance(value, dict):
+                raise UsageError(f"{path}: [tool.tune-advisor] map must be a table of knob = \"FLAG[:VALUE]\", "
+                                 "e.g. [tool.tune-advisor.map] batch_size = \"--batch-size\"")
+            value = [f"{k}={v}" for k, v in value.items()]  # the --map option's form
         for command in CONFIGURABLE[name]:
-            commands.setdefault(command, {})[name] = value
+            commands.setdefault(command, {})[PARAMETER.get(name, name)] = value
     return commands

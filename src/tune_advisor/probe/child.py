@@ -40,7 +40,11 @@ def main(argv: list[str]) -> int:
     spec = ProbeSpec.from_json(Path(argv[0]).read_text())
     result_path = Path(argv[1])
     phase = Phase(result_path)
-    if spec.mode == "inspect":
+    if spec.mode == "inspect" and spec.script is not None:
+        from ..script.driver import inspect as inspect_script  # not at the top: see train_and_measure
+
+        result = inspect_script(spec, phase)
+    elif spec.mode == "inspect":
         from .inspection import inspect_workload  # not at the top: torch loads here (see train_and_measure)
 
         result = inspect_workload(spec, phase)
@@ -78,10 +82,16 @@ def train_and_measure(spec: ProbeSpec, phase: Phase, workdir: Path | None = None
     # seconds that child_wall_s has always counted. So this module imports nothing torch-heavy at its top.
     from . import evidence, failure, training
 
+    run = training.train
+    if spec.script is not None:  # script mode: the user's script drives the steps
+        from ..script import driver as script_driver
+
+        run = script_driver.train
+
     out: dict[str, Any] = {"status": Status.OK.value, "error": None, "raw": evidence.empty_raw(), "applied": {},
                            "extra": {}}
     try:
-        training.train(spec, phase, out, workdir)
+        run(spec, phase, out, workdir)
     except training.Diverged as exc:
         out["status"], out["error"] = Status.DIVERGED.value, str(exc)
     except SystemExit as exc:

@@ -38,6 +38,10 @@ class ProbeSpec:
     # parent's baton, so two children alternate step by step. None: the child measures at its own pace.
     lockstep: dict[str, str] | None = None
     budget_left_s: float | None = None  # what is left of the analysis's --budget for this probe; None: no budget
+    # Script mode (script/driver.py): the workload is a plain script run as `python FILE ARGS`: {"args": [...],
+    # "map": {knob: FlagMap json}, "baseline": the script's own settings, "loader_site": where it builds
+    # its training DataLoader (file:line), "cwd": its folder (None: a scratch one)}. None: a build_model() workload.
+    script: dict[str, Any] | None = None
 
     @property
     def limit_s(self) -> float:

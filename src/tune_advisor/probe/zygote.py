@@ -25,7 +25,8 @@ import sys
 import tempfile
 
 PRELOAD = ("torch", "torch._dynamo", "torch.optim", "torch.utils.data", "numpy", "tune_advisor.probe.child",
-           "tune_advisor.probe.failure", "tune_advisor.probe.inspection", "tune_advisor.probe.training")
+           "tune_advisor.probe.failure", "tune_advisor.probe.inspection", "tune_advisor.probe.training",
+           "tune_advisor.script.driver")
 
 
 def serve(requests: int, replies) -> None:

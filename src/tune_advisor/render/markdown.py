@@ -72,6 +72,10 @@ def render(document: Mapping[str, Any]) -> str:
             out += [f"> [!NOTE]\n> {escape(r.batch_note)}", ""]
     if r.snippet:
         out += ["### Apply it", "", block(r.snippet, "python"), ""]
+    if r.run_command:
+        out += ["Or run the script with its own flags:", "", block(r.run_command, "sh"), ""]
+        if r.run_command_rest:
+            out += [f"and {escape(r.run_command_rest)}", ""]
     out += [f"### Findings ({len(r.findings)})", ""]
     if not r.findings:
         out += ["No findings recorded for this run.", ""]

@@ -105,6 +105,11 @@ def document_summary(document: Mapping[str, Any], console: Console, results_path
         if r.snippet:
             console.print("\n[bold]Apply it[/]")
             console.print(textwrap.indent(r.snippet, "    "), markup=False, highlight=False)
+        if r.run_command:
+            console.print("[bold]Or run[/] (the script's own flags)")
+            console.print(textwrap.indent(r.run_command, "    "), markup=False, highlight=False)
+            if r.run_command_rest:
+                console.print(f"    and {escape(r.run_command_rest)}", highlight=False)
     if r.findings:
         console.print(f"\n[bold]Findings[/] ({len(r.findings)})")
         for f in r.findings[:top_findings]:

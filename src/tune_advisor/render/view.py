@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .. import frameworks, knobs, snippets
+from ..script import flags
 from ..fmt import fmt_bytes, fmt_ci, fmt_seconds, fmt_speedup, fmt_value
 
 FAILED = ("oom", "error", "timeout", "crashed", "diverged")
@@ -143,6 +144,10 @@ class Report:
     created: str = ""
     version: str = ""
     extras: dict = field(default_factory=dict)
+    # script mode: the recommendation as the script's command line, through its mapped flags (None: no mapped
+    # knob changed, or not a script)
+    run_command: str | None = None
+    run_command_rest: str | None = None  # the changes no flag of the script sets: the snippet's part to apply
 
     @property
     def baseline_ok(self) -> bool:
@@ -203,6 +208,8 @@ def build(document: Mapping[str, Any]) -> Report:
         has_gpu=any(r.gpu_util is not None for r in rows),
         created=str(doc.get("created") or ""),
         version=str(as_dict(doc.get("tool")).get("version") or ""),
+        run_command=_run_command(workload, base_settings, recommended)[0] if changes else None,
+        run_command_rest=_run_command(workload, base_settings, recommended)[1] if changes else None,
     )
 
 
@@ -243,6 +250,24 @@ def _snippet(recommended: dict, base: dict, framework: Any = None) -> str:
     settings = knobs.full_settings(as_dict(recommended.get("settings")))
     in_framework = frameworks.recommendation(framework, knobs.full_settings(base), settings)
     return in_framework if in_framework is not None else snippets.recommended(settings)
+
+
+def _run_command(workload: dict, base: dict, recommended: dict) -> tuple[str | None, str | None]:
+    """(`python train.py ARGS FLAGS` for a script whose mapped knobs the recommendation changes, what of the
+    recommendation no flag sets), or (None, None)."""
+    script = as_dict(workload.get("script"))
+    if not script or not isinstance(workload.get("path"), str):
+        return None, None
+    try:
+        maps = flags.maps_from_json(as_dict(script.get("map")))
+        args = [str(a) for a in _list(script.get("args"))]
+    except (KeyError, TypeError, ValueError):  # a hand-edited file: no command rather than a crash
+        return None, None
+    settings = as_dict(recommended.get("settings"))
+    command = flags.command_line(workload["path"], args, maps, settings, base)
+    rest = flags.unmapped_changes(maps, settings, base)
+    return command, (f"{knobs.describe(rest)}: no flag of the script sets {'it' if len(rest) == 1 else 'these'}; "
+                     f"apply {'it' if len(rest) == 1 else 'them'} in code (above)" if command and rest else None)
 
 
 def _batch_note(base: dict, changes: dict, dataset_len: Any = None, framework: Any = None) -> str | None:

@@ -1,0 +1,470 @@
+"""Script mode in the probe child: run the user's unmodified script (`runpy`, as `python train.py ARGS` would) with
+script/hooks.py's patches, and measure its optimizer steps with the probe's own protocol (warm-up, StopRule).
+
+`train` is a probe (like probe/training.py's `train`, it fills the result `out`); `inspect` runs the script as it
+is, settings untouched, to a few optimizer steps and reports what it saw (or why it cannot be measured: the parent
+turns that into exit code 2). The script runs with stdin closed, in a scratch folder (its checkpoints and logs land
+there, removed with the probe's temporary folder) unless the spec names a folder, and ends by a ScriptStop raised
+from the step hook once the probe has its steps.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import runpy
+import sys
+import tempfile
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Callable
+
+import psutil
+import torch
+
+from .. import workload as wl_mod
+from ..analysis.stats import wave_noise
+from ..collectors.nvml import NvmlSampler
+from ..probe import apply, failure, lockstep
+from ..probe.evidence import CompileStats, debug_switches, memory_peaks, tree_cpu_seconds
+from ..probe.result import Status
+from ..probe.spec import ProbeSpec
+from ..probe.window import StopRule
+from . import flags
+from .hooks import Hooks, ScriptStop
+
+INSPECT_STEPS = 3  # inspect mode runs this many optimizer steps: enough to see a second optimizer step
+MIN_MEASURED_STEPS = 2  # a script that ends by itself after fewer measured steps than this measured nothing
+COMPILE_QUIET_STEPS = 3  # as probe/training.py: a compiled model is warm once this many steps compiled nothing
+COMPILE_EXTRA_WARMUP = 30
+BEFORE_FIRST_STEP = "before its first optimizer step"
+
+
+class OutputTail:
+    """A stream wrapper keeping the last characters written (an argparse error names the bad argument)."""
+
+    def __init__(self, stream, limit: int = 2000):
+        self.stream, self.tail, self.limit = stream, deque(), limit
+        self.size = 0
+
+    def write(self, text: str) -> int:
+        self.tail.append(text)
+        self.size += len(text)
+        while self.size > self.limit and len(self.tail) > 1:
+            self.size -= len(self.tail.popleft())
+        return self.stream.write(text)
+
+    def last_line(self) -> str:
+        lines = [ln.strip() for ln in "".join(self.tail).splitlines() if ln.strip()]
+        return lines[-1][:300] if lines else ""
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+class ScriptRun:
+    """One run of the script: argv, folder, stdin and stderr set for it; `run` returns how it ended:
+    ("stopped", ScriptStop) | ("exit", code) | ("ended", None) | ("raised", exception)."""
+
+    def __init__(self, path: Path, argv: list[str], cwd: Path):
+        self.path, self.argv, self.cwd = path, argv, cwd
+        self.output = OutputTail(sys.stderr)
+        self.started = time.perf_counter()
+
+    def run(self) -> tuple[str, Any]:
+        saved = (list(sys.argv), list(sys.path), os.getcwd(), sys.stderr)
+        sys.argv = [str(self.path), *self.argv]
+        sys.path.insert(0, str(self.path.parent))  # as `python train.py` puts the script's folder first
+        os.chdir(self.cwd)
+        sys.stderr = self.output
+        try:
+            runpy.run_path(str(self.path), run_name="__main__")
+        except ScriptStop as stop:
+            return "stopped", stop
+        except SystemExit as exc:
+            return "exit", exc.code
+        except Exception as exc:  # noqa: BLE001 — the script's own failure is an outcome
+            return "raised", exc
+        finally:
+            sys.argv[:], sys.path[:] = saved[0], saved[1]
+            os.chdir(saved[2])
+            sys.stderr = saved[3]
+        return "ended", None
+
+
+def scratch_folder(script: dict[str, Any]) -> Path:
+    """Where the script runs: the folder the user named (`cwd`), else a new one in the probe's temporary folder
+    (the runner removes it with the probe)."""
+    if script.get("cwd"):
+        return Path(script["cwd"])
+    return Path(tempfile.mkdtemp(prefix="script-cwd-", dir=os.environ.get("TMPDIR") or None))
+
+
+def _sync(device_type: str) -> None:
+    if device_type == "cuda" and torch.cuda.is_initialized():
+        torch.cuda.synchronize()  # a step ends when the device has run it
+
+
+# --- a probe --------------------------------------------------------------------------------------------------
+
+
+class Steps:
+    """The step hook's side of a probe: warm-up steps, then measured ones (raw figures) until the StopRule says
+    done, when it raises ScriptStop("done")."""
+
+    def __init__(self, spec: ProbeSpec, out: dict[str, Any], phase: Callable[[str], None], device_type: str):
+        self.spec, self.out, self.raw, self.phase, self.device_type = spec, out, out["raw"], phase, device_type
+        self.hooks: Hooks | None = None
+        self.steps = 0  # optimizer steps ended
+        self.warmup: int | None = None
+        self.last: float | None = None
+        self.warmup_step_s: list[float] = []
+        self.stop: StopRule | None = None
+        self.measure_start = 0.0
+        self.measured_wall: float | None = None
+        self.epoch_starts: list[int] = []
+        self.unit_items: bool | None = None  # counting samples (a DataLoader fed the steps) or steps
+        self.compile_stats: CompileStats | None = None
+        self.quiet = 0
+        self.cpu_before = 0.0
+        self.sampler: NvmlSampler | None = None
+        # A lockstep side (probe/lockstep.py): its warm-up waits for its turn, each measured step for the baton.
+        self.baton = lockstep.baton(spec)
+        self.begun = False
+
+    def before_train_iter(self, loader) -> None:
+        """Before the training loader starts (its workers too): a lockstep side's turn to warm up, as in
+        probe/training.py; its epoch length goes to the parent."""
+        if self.baton.active and not self.begun:
+            workers = getattr(loader, "num_workers", 0) or 0
+            try:
+                epoch_steps = len(loader) if workers > 0 else None
+            except TypeError:
+                epoch_steps = None
+            self._baton(self.baton.begin, epoch_steps)
+            self.begun = True
+
+    def _baton(self, call, *args):
+        """A baton call; its failure (the partner or the parent gone) ends the script past its own excepts."""
+        try:
+            return call(*args)
+        except lockstep.LockstepError as exc:
+            raise ScriptStop("lockstep", str(exc)) from None
+
+    def __call__(self, optimizer) -> None:
+        if self.measured_wall is not None:  # the script caught the stop (a bare except) and trained on: again
+            raise ScriptStop("done")
+        _sync(self.device_type)
+        now = time.perf_counter()
+        hooks = self.hooks
+        self.steps += 1
+        wait, items, new_epoch = hooks.take_step_input()
+        loss = hooks.read_loss()
+        if loss is not None and not math.isfinite(loss):
+            self.raw["loss"].append(None)  # JSON has no NaN: kept as null, the probe's loss not finite
+            self.raw["loss_step"].append(self.steps - 1)
+            raise ScriptStop("diverged", f"loss became {loss} at optimizer step {self.steps}")
+        if self.warmup is None:
+            self._first_step()
+            if self.baton.active and not self.begun:  # no training loader: its turn now
+                self._baton(self.baton.begin, None)
+                self.begun = True
+        if self.stop is None:  # warming up
+            if self.last is not None:
+                self.warmup_step_s.append(now - self.last)
+            self.last = now
+            if self._warm(now):
+                self._begin(now)
+                self._next_turn()
+            else:
+                self.phase(f"script: warm-up, optimizer step {self.steps} done")
+            return
+        raw = self.raw
+        if self.unit_items is None:
+            self.unit_items = items > 0
+            self.out["unit"] = "samples/s" if self.unit_items else "steps/s"
+        raw["step_s"].append(now - self.last)
+        raw["data_wait_s"].append(min(wait, now - self.last))
+        raw["h2d_s"].append(0.0)  # the script copies its batches itself: not separable from outside
+        raw["items"].append(items if self.unit_items else 1.0)
+        if loss is not None:
+            raw["loss"].append(loss)
+            raw["loss_step"].append(self.steps - 1)
+        if new_epoch:
+            self.epoch_starts.append(len(raw["step_s"]) - 1)
+        self.last = now
+        if self.baton.active:  # the parent decides when both sides of the pair stop
+            self._baton(self.baton.done, raw["step_s"][-1], raw["items"][-1])
+            self._next_turn()
+            return
+        if self.stop.done(raw["step_s"], now - self.measure_start):
+            self.measured_wall = now - self.measure_start
+            raise ScriptStop("done")
+
+    def _next_turn(self) -> None:
+        """A lockstep side waits for the baton before its next measured step, which starts when it comes; a stop
+        instead ends the script."""
+        if not self.baton.active:
+            return
+        if not self._baton(self.baton.wait):
+            self.measured_wall = time.perf_counter() - self.measure_start - self.baton.idle_s
+            raise ScriptStop("done")
+        self.last = time.perf_counter()
+
+    def _first_step(self) -> None:
+        loader = self.hooks.train_loader
+        workers = getattr(loader, "num_workers", 0) or 0
+        prefetch = getattr(loader, "prefetch_factor", None) or 0
+        # as probe/training.py: the loader workers' prefetched backlog is drained before timing
+        self.warmup = max(self.spec.protocol.warmup_steps, workers * prefetch, 1)
+        self.workers = workers
+        if self.hooks.applied.get("compile"):
+            self.compile_stats = CompileStats()
+
+    def _warm(self, now: float) -> bool:
+        """Whether warm-up is over after this step: its steps done and, compiled, compiling settled."""
+        if self.steps < self.warmup:
+            return False
+        if self.compile_stats is None:
+            return True
+        graphs = self.compile_stats.graphs()
+        self.quiet = self.quiet + 1 if graphs == getattr(self, "_graphs", None) else 0
+        self._graphs = graphs
+        return self.quiet >= COMPILE_QUIET_STEPS or self.steps >= self.warmup + COMPILE_EXTRA_WARMUP
+
+    def _begin(self, now: float) -> None:
+        loader = self.hooks.train_loader
+        epoch_steps = None
+        if self.workers > 0 and loader is not None:
+            try:
+                epoch_steps = len(loader) or None
+            except TypeError:
+                epoch_steps = None
+        self.epoch_steps = epoch_steps
+        self.stop = StopRule(self.spec.protocol, self.workers, epoch_steps)
+        self.measure_start = now
+        self.cpu_before = tree_cpu_seconds(psutil.Process())
+        self.sampler = NvmlSampler(self.spec.device)
+        self.sampler.start()
+        if self.compile_stats:
+            self.compile_stats.mark("warmup")
+        self.phase("script: measuring optimizer steps")
+
+
+def train(spec: ProbeSpec, phase: Callable[[str], None], out: dict[str, Any], workdir: Path | None = None) -> None:
+    """Run the script under `spec.settings` and fill the result `out`, its status and error included (a failure of
+    the script is a status here, not a raise: it needs the script's own words)."""
+    script, settings, path = spec.script, spec.settings, Path(spec.workload)
+    device_type = torch.device(spec.device).type
+    maps = flags.maps_from_json(script.get("map"))
+    argv = flags.script_argv(script.get("args") or [], maps, settings, script.get("baseline") or {})
+    cwd = scratch_folder(script)
+    out["unit"] = "samples/s"
+    mapped = {k for k in maps if k in settings}
+    if not {"matmul_precision", "cudnn_benchmark"} & mapped:
+        apply.configure_backends(settings, device_type)  # global switches; the script may still set its own
+    torch.manual_seed(spec.seed)
+    steps = Steps(spec, out, phase, device_type)
+    hooks = steps.hooks = Hooks(path, settings, device_type, apply_knobs=True, mapped=mapped,
+                                train_site=script.get("loader_site"), on_step=steps)
+    hooks.before_train_iter = steps.before_train_iter
+    phase(f"script: running it, {BEFORE_FIRST_STEP}")
+    run = ScriptRun(path, argv, cwd)
+    hooks.install()
+    try:
+        how, what = run.run()
+    finally:
+        hooks.remove()
+        if steps.sampler is not None:
+            steps.sampler.stop()
+    out["extra"]["script"] = {"argv": argv, "cwd": str(cwd), "optimizer_steps": steps.steps,
+                              "ended": _ending(how, what)}
+    out["applied"].update(hooks.applied)
+    problem = _problem(how, what, steps.steps, hooks, run, path, settings)
+    if problem is None and how != "stopped" and len(out["raw"]["step_s"]) < MIN_MEASURED_STEPS:
+        measured = len(out["raw"]["step_s"])
+        problem = (Status.ERROR, f"the script {_ending(how, what)} after {steps.steps} optimizer steps, "
+                                 f"{measured} of them measured (after {steps.warmup or 0} warm-up steps); a probe "
+                                 f"needs at least {MIN_MEASURED_STEPS}: let it train longer (the arguments after --)")
+    if problem is not None:
+        out["status"], out["error"] = problem[0].value, problem[1]
+        return
+    if steps.measured_wall is None:  # it ended by itself: its measured steps so far are the window
+        steps.measured_wall = sum(out["raw"]["step_s"])
+    if not out["raw"]["step_s"]:  # a lockstep side stopped before its first measured step (the runner says so)
+        return
+    _record(out, steps, hooks)
+
+
+def _ending(how: str, what: Any) -> str:
+    if how == "stopped":
+        return "was stopped after its measured steps" if what.kind == "done" else f"was stopped ({what.kind})"
+    if how == "exit":
+        return f"exited (sys.exit({what!r}))"
+    if how == "raised":
+        return f"raised {type(what).__name__}"
+    return "ended"
+
+
+def _problem(how: str, what: Any, steps: int, hooks: Hooks, run: ScriptRun, path: Path,
+             settings: dict[str, Any]) -> tuple[Status, str] | None:
+    """How the run failed (status, one-line cause), or None when it measured."""
+    if how == "stopped":
+        if what.kind == "diverged":
+            return Status.DIVERGED, what.message
+        if what.kind == "refused":
+            return Status.ERROR, f"the script cannot be measured: {what.message}"
+        if what.kind == "lockstep":
+            return Status.ERROR, f"lockstep: {what.message}"
+        return None
+    if how == "raised":
+        status, message = failure.classify(what, path, settings)
+        if hooks.stdin.read_from and isinstance(what, EOFError):
+            message = "it read from stdin, which a probe closes (it got end-of-file at once): " + message
+        return status, (message if steps else f"{BEFORE_FIRST_STEP}: {message}")
+    if steps == 0:
+        return Status.ERROR, _no_step_cause(how, what, hooks, run)
+    return None
+
+
+def _no_step_cause(how: str, what: Any, hooks: Hooks, run: ScriptRun) -> str:
+    seconds = time.perf_counter() - run.started
+    said = f"; its last output: {run.output.last_line()!r}" if run.output.last_line() else ""
+    stdin = "; it read from stdin, which a probe closes (end-of-file at once)" if hooks.stdin.read_from else ""
+    if how == "exit" and what not in (None, 0):
+        return f"the script exited with sys.exit({what!r}) {BEFORE_FIRST_STEP}{stdin}{said}"
+    loaders = f", built {len(hooks.loaders)} DataLoader(s)" if hooks.loaders else ""
+    return (f"the script ended after {seconds:.1f} s without calling optimizer.step(){loaders}{stdin}: nothing "
+            f"trained{said}")
+
+
+def _record(out: dict[str, Any], steps: Steps, hooks: Hooks) -> None:
+    raw, extra = out["raw"], out["extra"]
+    wall = steps.measured_wall
+    cpu_used = tree_cpu_seconds(psutil.Process()) - steps.cpu_before
+    shapes = {s for s in hooks.shapes if s is not None}
+    extra.update({
+        "warmup_steps": steps.warmup, "warmup_step_s": steps.warmup_step_s,
+        "warmup_s": sum(steps.warmup_step_s),
+        "measured_wall_s": wall,
+        "cpu_util": cpu_used / wall / (psutil.cpu_count() or 1) if wall else None,
+        "epochs_started": hooks.epochs,
+        "torch_threads": torch.get_num_threads(),
+        "noise": wave_noise(raw["step_s"], steps.workers),
+        "epoch_start_steps": steps.epoch_starts,
+        "epoch_steps": steps.epoch_steps,
+        "distinct_input_shapes": len(shapes),
+        "input_shapes_static": len(shapes) <= 1,
+        **debug_switches(),
+    })
+    if steps.baton.active:
+        extra["lockstep"] = steps.baton.report()
+    if steps.compile_stats:
+        extra["compile"] = steps.compile_stats.summary(out["applied"].get("compile", "default"),
+                                                       steps.warmup_step_s, raw["step_s"])
+    loader = hooks.train_loader
+    out["applied"].update({
+        "loader_workers": getattr(loader, "num_workers", None),
+        "persistent_workers": bool(getattr(loader, "persistent_workers", False)),
+        "prefetch_factor": getattr(loader, "prefetch_factor", None),
+        "matmul_precision": torch.get_float32_matmul_precision(),
+        "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+    })
+    out["memory"] = memory_peaks(steps.spec.device)
+    out["gpu"] = steps.sampler.result() if steps.sampler else None
+    extra["collectors"] = {"nvml": steps.sampler.status if steps.sampler else "skipped",
+                           "flops": "skipped: script mode (the tool does not drive the script's steps)",
+                           "profiler": "skipped: script mode (the tool does not drive the script's steps)"}
+
+
+# --- inspect mode ---------------------------------------------------------------------------------------------
+
+
+def inspect(spec: ProbeSpec, phase: Callable[[str], None]) -> dict[str, Any]:
+    """Run the script as it is to INSPECT_STEPS optimizer steps; report its facts and the settings it uses, or a
+    load_error (cause, fix, line) saying what was seen and what to do."""
+    script, path = spec.script, Path(spec.workload)
+    device_type = torch.device(spec.device).type
+    maps = flags.maps_from_json(script.get("map"))
+    seen: list[float] = []
+
+    def on_step(optimizer):
+        seen.append(time.perf_counter())
+        phase(f"script: {len(seen)} optimizer steps done")
+        if len(seen) >= INSPECT_STEPS:
+            raise ScriptStop("done")
+
+    hooks = Hooks(path, spec.settings, device_type, apply_knobs=False, mapped=set(maps), train_site=None,
+                  on_step=on_step)
+    phase(f"script: running it, {BEFORE_FIRST_STEP}")
+    run = ScriptRun(path, list(script.get("args") or []), scratch_folder(script))
+    hooks.install()
+    try:
+        how, what = run.run()
+    finally:
+        hooks.remove()
+    if how == "stopped" and what.kind == "refused":
+        return _load_error(f"the script cannot be measured: {what.message}",
+                           "script mode measures training in one process: run the training in this process (e.g. "
+                           "a single-process option of the script), or write a build_model() workload (SPEC §2)")
+    if how == "raised" and not seen:
+        line, _ = wl_mod.user_frame(what, path)
+        summary = wl_mod.exception_summary(what)
+        if hooks.stdin.read_from and isinstance(what, EOFError):
+            return _load_error(f"the script read from stdin {BEFORE_FIRST_STEP} and got end-of-file (a probe has "
+                               f"no input): {summary}", "pass its input as an argument or a file (after --)", line)
+        hint = (" (script mode runs it in a scratch folder: give absolute paths, or --script-cwd .)"
+                if isinstance(what, FileNotFoundError) else "")
+        return _load_error(f"the script raised {summary} {BEFORE_FIRST_STEP}{hint}",
+                           f"run `python {path.name} {' '.join(run.argv)}` on its own and fix the error", line)
+    if not seen:
+        return _load_error(_no_step_cause(how, what, hooks, run),
+                           "script mode times each optimizer.step(): pass the arguments that make it train after "
+                           "--, e.g. `tune-advisor analyze train.py -- --epochs 1`" if how != "exit" else
+                           "pass the arguments it needs after -- (e.g. `-- --epochs 1`), and check it runs on its "
+                           "own with them")
+    facts, script_facts, baseline = _facts(hooks, device_type, len(seen))
+    return {"status": "ok", "facts": facts, "baseline": baseline, "search": flags.search_values(maps),
+            "item_name": "samples" if hooks.train_loader is not None else "steps", "optional": [],
+            "script": script_facts}
+
+
+def _load_error(cause: str, fix: str, line: int | None = None) -> dict[str, Any]:
+    return {"status": "load_error", "error": {"cause": cause, "fix": fix, "line": line}}
+
+
+def _facts(hooks: Hooks, device_type: str, steps: int) -> tuple[dict, dict, dict]:
+    """(WorkloadFacts fields, what script mode saw, the script's own settings as knob values)."""
+    loader = hooks.loader_facts
+    model = hooks.model_facts
+    script_facts = {
+        "optimizers": len(hooks.stepped), "optimizers_built": len(hooks.optimizers),
+        "model_found": hooks.model is not None, "own_autocast": hooks.own_autocast,
+        "own_compile": hooks.own_compile, "loader": loader, "loaders_built": len(hooks.loaders),
+        "inspected_steps": steps, "mapped": sorted(hooks.mapped),
+    }
+    facts = {
+        "model_class": model.get("model_class", ""), "parameters": model.get("parameters", 0),
+        "conv_layers": model.get("conv_layers", 0), "repeated_blocks": model.get("repeated_blocks"),
+        "hf_checkpointing": model.get("hf_checkpointing", False),
+        "iterable_dataset": bool(loader and loader["iterable_dataset"]),
+        "dataset_len": loader["dataset_len"] if loader else None,
+        "batch_kind": wl_mod.batch_kind(hooks.first_batch) if hooks.first_batch is not None else "",
+        "optimizer_class": model.get("optimizer_class", ""), "optimizer_impls": [],
+        "extra": {"script": script_facts},
+    }
+    baseline: dict[str, Any] = {}
+    if loader:
+        if not loader["batch_sampler"] and isinstance(loader["batch_size"], int):
+            baseline["batch_size"] = loader["batch_size"]
+        elif hooks.first_batch is not None:  # a batch_sampler decides: the batch it gave
+            tensor = apply.first_tensor(hooks.first_batch)
+            if tensor is not None and tensor.dim() > 0:
+                baseline["batch_size"] = int(tensor.shape[0])
+        baseline["num_workers"] = int(loader["num_workers"])
+        baseline["pin_memory"] = bool(loader["pin_memory"]) and device_type == "cuda"
+        if loader["num_workers"] > 0:
+            baseline["prefetch_factor"] = int(loader["prefetch_factor"] or 2)
+            baseline["persistent_workers"] = bool(loader["persistent_workers"])
+    return facts, script_facts, baseline

@@ -1,0 +1,346 @@
+"""Script mode's patches, in this process: what they observe of a script and what they change, and that they
+leave nothing behind. The script here is this test's own code, calling torch as a training script would."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from tune_advisor import knobs, workload
+from tune_advisor.probe import evidence
+from tune_advisor.probe.spec import ProbeSpec, Protocol
+from tune_advisor.script import driver
+from tune_advisor.script.hooks import Hooks, ScriptStop, outermost_module
+
+from ..conftest import BAD
+
+HERE = Path(__file__)
+
+
+def make_hooks(settings=None, apply_knobs=True, mapped=(), steps=None, train_site=None):
+    steps = [] if steps is None else steps
+    return Hooks(HERE, knobs.full_settings(settings or {}), "cpu", apply_knobs, set(mapped), train_site,
+                 on_step=lambda optimizer: steps.append(optimizer)).install()
+
+
+def dataset(n=32):
+    return TensorDataset(torch.randn(n, 4, 8, 8), torch.randint(2, (n,)))
+
+
+def build_loaders():
+    """A script's loaders: an evaluation one built first, then the training one."""
+    evaluation = DataLoader(dataset(), batch_size=2)
+    train = DataLoader(dataset(), batch_size=4, shuffle=True)
+    return evaluation, train
+
+
+def one_step(loader):
+    model = nn.Sequential(nn.Flatten(), nn.Linear(256, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = next(iter(loader))
+    nn.functional.cross_entropy(model(x), y).backward()
+    optimizer.step()
+
+
+def script():
+    """What a script does: reads an evaluation batch, then trains one step."""
+    evaluation, train = build_loaders()
+    next(iter(evaluation))
+    one_step(train)
+    return evaluation, train
+
+
+def run_twice(probe_settings, mapped=()):
+    """The inspection, then a probe with `probe_settings` told the training loader's site: the same script run
+    from the same place, as the probe child runs it again."""
+    runs, site = [], None
+    for settings, apply_knobs in (({}, False), (probe_settings, True)):
+        hooks = make_hooks(settings, apply_knobs=apply_knobs, mapped=mapped, train_site=site)
+        try:
+            evaluation, train = script()
+        finally:
+            hooks.remove()
+        site = hooks.train_site
+        runs.append((hooks, evaluation, train))
+    return runs
+
+
+def test_the_training_loader_is_the_one_that_fed_the_first_step_and_gets_the_knob_values():
+    (inspected, _, _), (probe, evaluation, train) = run_twice({"batch_size": 16})
+    # THEN the inspection knows the training loader by where it is built, and what the script asked of it
+    assert inspected.loader_facts["batch_size"] == 4 and inspected.loader_facts["dataset_len"] == 32
+    line = next(i for i, text in enumerate(HERE.read_text().splitlines(), 1) if "train = DataLoader(" in text)
+    assert inspected.train_site.startswith(f"test_script_hooks.py:{line} < ") and len(inspected.loaders) == 2
+    # AND in the probe only the training loader gets the knob's value
+    assert train.batch_size == 16 and evaluation.batch_size == 2
+    assert probe.applied["loader"]["batch_size"] == 16
+
+
+def test_a_mapped_knob_is_left_to_the_script():
+    _, (_, _, train) = run_twice({"batch_size": 16}, mapped={"batch_size"})
+    assert train.batch_size == 4
+
+
+def test_each_optimizer_step_is_a_step_with_its_samples_wait_and_loss():
+    steps: list = []
+    hooks = make_hooks(steps=steps)
+    try:
+        loader = DataLoader(dataset(24), batch_size=8)
+        model = nn.Sequential(nn.Flatten(), nn.Linear(256, 2))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in loader:
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+            wait, items, new_epoch = hooks.take_step_input()
+            assert items == 8 and wait >= 0
+            assert hooks.read_loss() == pytest.approx(loss.item())
+    finally:
+        hooks.remove()
+    assert len(steps) == 3 and hooks.epochs == 1 and hooks.model is model
+
+
+def test_the_model_is_the_outermost_module_holding_the_parameters():
+    inner = nn.Linear(4, 2)
+    outer = nn.Sequential(inner, nn.ReLU())
+    assert outermost_module({id(p) for p in inner.parameters()}) is outer
+
+
+def test_amp_and_channels_last_are_applied_around_the_models_forward():
+    hooks = make_hooks({"amp": "bf16", "channels_last": True})
+    try:
+        model = nn.Conv2d(4, 4, 3)
+        torch.optim.SGD(model.parameters(), lr=0.1)
+        out = model(torch.randn(2, 4, 8, 8))
+    finally:
+        hooks.remove()
+    assert out.dtype == torch.bfloat16 and model.weight.is_contiguous(memory_format=torch.channels_last)
+    assert not hooks.own_autocast
+
+
+def test_the_scripts_own_autocast_is_seen():
+    hooks = make_hooks(apply_knobs=False)
+    try:
+        model = nn.Linear(4, 2)
+        torch.optim.SGD(model.parameters(), lr=0.1)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            model(torch.randn(2, 4))
+    finally:
+        hooks.remove()
+    assert hooks.own_autocast
+
+
+def test_with_several_optimizers_only_the_first_ones_steps_count():
+    steps: list = []
+    hooks = make_hooks(steps=steps)
+    try:
+        a, b = nn.Linear(2, 2), nn.Linear(2, 2)
+        opt_a, opt_b = torch.optim.SGD(a.parameters(), lr=0.1), torch.optim.SGD(b.parameters(), lr=0.1)
+        for _ in range(2):
+            (a(torch.randn(1, 2)).sum() + b(torch.randn(1, 2)).sum()).backward()
+            opt_a.step()
+            opt_b.step()
+    finally:
+        hooks.remove()
+    assert len(hooks.stepped) == 2 and steps == [opt_a, opt_a]
+
+
+def test_processes_started_by_the_script_are_refused_before_they_start():
+    hooks = make_hooks()
+    try:
+        with pytest.raises(ScriptStop) as stopped:
+            multiprocessing.get_context("fork").Process(target=print).start()
+        with pytest.raises(ScriptStop):
+            subprocess.run([sys.executable, "-c", "pass"])
+        with pytest.raises(ScriptStop):
+            os.fork()
+    finally:
+        hooks.remove()
+    assert stopped.value.kind == "refused" and "test_script_hooks.py:" in stopped.value.message
+
+
+def test_dataloader_workers_are_not_the_scripts_processes():
+    hooks = make_hooks({"num_workers": 1, "batch_size": 4})
+    try:
+        batches = list(DataLoader(dataset(8), batch_size=4))
+    finally:
+        hooks.remove()
+    assert len(batches) == 2 and hooks.refused is None
+
+
+def test_stdin_is_at_end_of_file_and_a_read_is_noted():
+    hooks = make_hooks()
+    try:
+        with pytest.raises(EOFError):
+            input("continue? ")
+    finally:
+        hooks.remove()
+    assert hooks.stdin.read_from and sys.stdin is not hooks.stdin
+
+
+def test_remove_puts_everything_back():
+    before = (DataLoader.__init__, DataLoader.__iter__, torch.optim.Optimizer.__init__, torch.Tensor.backward,
+              subprocess.Popen.__init__, os.fork, sys.stdin)
+    make_hooks().remove()
+    assert (DataLoader.__init__, DataLoader.__iter__, torch.optim.Optimizer.__init__, torch.Tensor.backward,
+            subprocess.Popen.__init__, os.fork, sys.stdin) == before
+
+
+@pytest.mark.parametrize("source, script", [
+    ("import argparse\nparser = argparse.ArgumentParser()\n", True),
+    ("def build_model():\n    pass\n", False),
+    ("from models import build_model\n", False),
+    ("def build_dataset():\n    pass\n", False),  # a workload missing build_model(): named as such, not run
+    ("def build_modle():\n    pass\n", False),
+    ("def main():\n    pass\n", True),
+])
+def test_a_file_without_build_model_is_a_script(tmp_path, source, script):
+    path = tmp_path / "f.py"
+    path.write_text(source)
+    assert workload.is_script(path) is script
+
+
+def script_facts(**overrides):
+    base = {"optimizers": 1, "model_found": True, "own_autocast": False, "own_compile": False,
+            "loader": {"batch_sampler": False}, "mapped": []}
+    return knobs.WorkloadFacts(conv_layers=2, extra={"script": {**base, **overrides}})
+
+
+@pytest.mark.parametrize("knob, value, facts, reason", [
+    ("amp", "bf16", script_facts(own_autocast=True), "enters torch.autocast itself"),
+    ("channels_last", True, script_facts(optimizers=2), "steps 2 optimizers"),
+    ("batch_size", 64, script_facts(loader=None), "builds no torch DataLoader"),
+    ("batch_size", 64, script_facts(loader={"batch_sampler": True}), "batch_sampler"),
+    ("compile", "default", script_facts(own_compile=True), "compiles its model itself"),
+    ("optimizer_impl", "fused", script_facts(), "builds its own optimizer"),
+])
+def test_knobs_script_mode_cannot_set_are_not_applicable_with_the_reason(knob, value, facts, reason):
+    assert reason in knobs.not_applicable(knob, value, facts, knobs.DeviceFacts("cpu"))
+
+
+def test_a_mapped_knob_applies_whatever_the_script_does_itself():
+    facts = script_facts(own_autocast=True, mapped=["amp"])
+    assert knobs.not_applicable("amp", "bf16", facts, knobs.DeviceFacts("cpu")) is None
+
+
+def inspect(name: str, cwd: Path) -> dict:
+    spec = ProbeSpec(id="i", workload=str(BAD / "scripts" / name), settings=knobs.full_settings(), mode="inspect",
+                     script={"args": [], "map": {}, "cwd": str(cwd)})
+    return driver.inspect(spec, lambda text: None)
+
+
+def test_inspecting_a_script_that_exits_early_says_what_it_printed(tmp_path):
+    error = inspect("exits_early.py", tmp_path)["error"]
+    assert "exited with sys.exit(2) before its first optimizer step" in error["cause"]
+    assert "the following arguments are required: --data" in error["cause"]
+
+
+def test_inspecting_a_script_that_crashes_names_its_line(tmp_path):
+    error = inspect("crashes_early.py", tmp_path)["error"]
+    assert "raised RuntimeError" in error["cause"] and "before its first optimizer step" in error["cause"]
+    assert error["line"] == 14
+
+
+def test_inspecting_a_script_that_never_steps_says_nothing_trained(tmp_path):
+    error = inspect("no_optimizer_step.py", tmp_path)["error"]
+    assert "without calling optimizer.step()" in error["cause"] and "nothing trained" in error["cause"]
+
+
+def test_a_deep_copied_or_pickled_model_still_works():
+    import copy
+    import pickle
+
+    hooks = make_hooks({"amp": "bf16"})
+    try:
+        model = nn.Linear(4, 2)
+        torch.optim.SGD(model.parameters(), lr=0.1)
+        ema = copy.deepcopy(model)  # an EMA copy, as many scripts keep
+        with torch.no_grad():
+            ema.weight.zero_()
+            ema.bias.zero_()
+        out = ema(torch.randn(2, 4))
+        restored = pickle.loads(pickle.dumps(model))  # torch.save(model) pickles it whole
+    finally:
+        hooks.remove()
+    assert out.abs().sum() == 0 and out.dtype == torch.bfloat16  # the copy's own weights, under the knob's autocast
+    assert restored(torch.randn(1, 4)).shape == (1, 2)
+
+
+def test_a_probe_whose_loader_is_built_elsewhere_than_inspected_is_refused():
+    hooks = make_hooks({"batch_size": 16}, train_site="train.py:12 < train.py:40")
+    try:
+        with pytest.raises(ScriptStop) as stopped:
+            one_step(DataLoader(dataset(), batch_size=4))
+    finally:
+        hooks.remove()
+    assert "not at train.py:12 < train.py:40 as when it was inspected" in stopped.value.message
+
+
+class FakeHooks:
+    """What driver.Steps reads of the hooks: each step's samples and wait, and its loss."""
+
+    def __init__(self, losses):
+        self.losses, self.train_loader, self.applied = list(losses), None, {}
+
+    def take_step_input(self):
+        return 0.001, 8.0, False
+
+    def read_loss(self):
+        return self.losses.pop(0)
+
+
+def steps_for(losses, protocol):
+    out = {"raw": evidence.empty_raw(), "extra": {}}
+    spec = ProbeSpec(id="p", workload="train.py", settings=knobs.full_settings(), protocol=protocol)
+    steps = driver.Steps(spec, out, lambda text: None, "cpu")
+    steps.hooks = FakeHooks(losses)
+    return steps, out
+
+
+def test_steps_warm_up_then_measure_until_the_stop_rule_ends_the_script():
+    protocol = Protocol(warmup_steps=2, min_steps=3, min_time_s=0.0, max_steps=3, max_time_s=60.0)
+    steps, out = steps_for([1.0] * 10, protocol)
+    with pytest.raises(ScriptStop) as stopped:
+        for _ in range(10):
+            steps(None)
+    # THEN the two warm-up steps are not in the figures, three measured ones are, each with its samples and loss
+    assert stopped.value.kind == "done" and steps.steps == 5
+    assert len(out["raw"]["step_s"]) == 3 and out["raw"]["items"] == [8.0] * 3 and out["unit"] == "samples/s"
+    assert out["raw"]["loss_step"] == [2, 3, 4]
+    # AND a script that catches the stop and goes on is stopped again at its next step, nothing more recorded
+    with pytest.raises(ScriptStop):
+        steps(None)
+    assert len(out["raw"]["step_s"]) == 3
+
+
+def test_a_non_finite_loss_ends_the_script_as_diverged():
+    steps, out = steps_for([1.0, float("nan")], Protocol(warmup_steps=1))
+    steps(None)
+    with pytest.raises(ScriptStop) as stopped:
+        steps(None)
+    assert stopped.value.kind == "diverged" and "loss became nan at optimizer step 2" in stopped.value.message
+    assert out["raw"]["loss"] == [None]
+
+
+def test_with_gradient_accumulation_a_step_counts_every_micro_batch():
+    hooks = make_hooks()
+    try:
+        loader = DataLoader(dataset(32), batch_size=8)
+        model = nn.Sequential(nn.Flatten(), nn.Linear(256, 2))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for i, (x, y) in enumerate(loader):
+            (nn.functional.cross_entropy(model(x), y) / 2).backward()
+            if i % 2 == 1:  # one optimizer step per two micro-batches
+                optimizer.step()
+                _, items, _ = hooks.take_step_input()
+                assert items == 16
+    finally:
+        hooks.remove()
