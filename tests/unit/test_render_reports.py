@@ -219,3 +219,16 @@ def test_the_verdict_figures_say_what_kind_of_interval_they_are():
         label = f"95% prediction interval of one more run, over 3 runs ({side})"
         assert label in page and label in md and label in text
     assert "1,234" in page or "1234" in page
+
+
+def test_a_ddp_probe_shows_each_ranks_own_gpu_utilisation():
+    # GIVEN a DDP probe whose two ranks each sampled their own GPU (distributed/merge.py keeps them in gpu.ranks)
+    doc = golden("cnn")
+    doc["probes"][0]["gpu"] = {"util_mean": 91.0, "ranks": [{"util_mean": 91.0}, {"util_mean": 47.0}]}
+    row = next(r for r in view.build(doc).rows if r.id == doc["probes"][0]["id"])
+    # THEN the view carries both ranks, in rank order, and the probe table prints them beside the mean
+    assert row.gpu_util_ranks == [0.91, 0.47]
+    assert "per rank: r0 91% · r1 47%" in html.render(doc)
+    # AND a probe on one GPU (one rank, or no rank list) gets no per-rank line
+    doc["probes"][0]["gpu"] = {"util_mean": 91.0, "ranks": [{"util_mean": 91.0}]}
+    assert "per rank" not in html.render(doc)

@@ -72,6 +72,7 @@ class Row:
     wait_frac: float | None
     peak_memory: int | None
     gpu_util: float | None
+    gpu_util_ranks: list[float | None] = field(default_factory=list)  # a DDP probe's ranks, each on its own GPU
     partner: str | None = None  # measured step by step beside this probe (lockstep), not alone
     is_baseline: bool = False
     is_recommended: bool = False
@@ -286,6 +287,12 @@ def _gpu_util(gpu: Any) -> float | None:
     return value / 100 if value is not None else None
 
 
+def _rank_utils(gpu: Any) -> list[float | None]:
+    """Each rank's own GPU utilisation (fractions, rank order) for a probe that ran on more than one GPU."""
+    ranks = [_gpu_util(r) if isinstance(r, dict) else None for r in _list(as_dict(gpu).get("ranks"))]
+    return ranks if len(ranks) > 1 else []
+
+
 def _row(p: dict, base_settings: dict, baseline, recommended) -> Row:
     st = as_dict(p.get("step_time_s"))
     samples = [x for x in _list(st.get("samples")) if as_num(x) is not None]
@@ -299,6 +306,7 @@ def _row(p: dict, base_settings: dict, baseline, recommended) -> Row:
         wait_frac=as_num(p.get("data_wait_frac")),
         peak_memory=p.get("peak_memory_bytes") if as_num(p.get("peak_memory_bytes")) else None,
         gpu_util=_gpu_util(p.get("gpu")),
+        gpu_util_ranks=_rank_utils(p.get("gpu")),
         partner=_partner(p),
         is_baseline=baseline is not None and p.get("id") == baseline.get("id"),
         is_recommended=recommended is not None and p.get("id") == recommended.get("id"),
