@@ -39,28 +39,25 @@ def inspect_workload(path: str | Path, device: str, workdir: Path,
     spec = ProbeSpec(id="inspect", workload=str(resolved), settings=knobs.full_settings(), device=device,
                      timeout_s=timeout_s, mode="inspect", script=script)
     run = spawn_child(spec, workdir)
-    if script is not None:
-        return _script_inspection(shown, resolved, spec, run, script)
-    if run.timed_out:
-        raise WorkloadError(shown, f"loading the workload took longer than {timeout_s:g} s "
-                                   f"(stuck while {run.phase or 'starting'})",
-                            "make build_model()/build_dataset() fast")
-    if run.result is None:
-        _, cause = classify_exit(run, spec)
-        raise WorkloadError(shown, f"the process loading the workload {cause}",
-                            "run build_model() and build_dataset() by hand to find the fault")
-    if run.result.get("status") == "load_error":
-        error = run.result["error"]
-        raise WorkloadError(shown, error["cause"], error["fix"], line=error.get("line"))
-    return Inspection(path=resolved, facts=knobs.WorkloadFacts(**run.result["facts"]),
-                      baseline=knobs.full_settings(run.result["baseline"]), search=run.result["search"],
-                      item_name=run.result["item_name"], optional=run.result["optional"],
-                      framework=run.result.get("framework"))
+    result = _inspected(shown, spec, run, script is not None)
+    seen = dict(path=resolved, facts=knobs.WorkloadFacts(**result["facts"]),
+                baseline=knobs.full_settings(result["baseline"]), search=result["search"],
+                item_name=result["item_name"])
+    if script is None:
+        return Inspection(**seen, optional=result["optional"], framework=result.get("framework"))
+    loader = result["script"].get("loader") or {}
+    return Inspection(**seen, optional=[], script={**script, "baseline": seen["baseline"],
+                                                   "loader_site": loader.get("site")})
 
 
-def _script_inspection(shown: str, resolved: Path, spec: ProbeSpec, run, script: dict[str, Any]) -> Inspection:
-    """What the inspect child saw of a script, or WorkloadError: what was seen and what to do."""
+def _inspected(shown: str, spec: ProbeSpec, run, is_script: bool) -> dict[str, Any]:
+    """The inspect child's result, or WorkloadError: what was seen (of a workload's loading or a script's run
+    to its first optimizer steps) and what to do."""
     if run.timed_out:
+        if not is_script:
+            raise WorkloadError(shown, f"loading the workload took longer than {spec.timeout_s:g} s "
+                                       f"(stuck while {run.phase or 'starting'})",
+                                "make build_model()/build_dataset() fast")
         before = "before its first optimizer step" in run.phase or not run.phase
         stage = ("was still running before its first optimizer step" if before else
                  f"did not get through its first optimizer steps ({run.phase})")
@@ -69,18 +66,15 @@ def _script_inspection(shown: str, resolved: Path, spec: ProbeSpec, run, script:
                                                        "preparation), or raise --probe-timeout")
     if run.result is None:
         _, cause = classify_exit(run, spec)
-        raise WorkloadError(shown, f"the process running the script {cause}",
-                            "run the script on its own with the same arguments to find the fault")
+        if is_script:
+            raise WorkloadError(shown, f"the process running the script {cause}",
+                                "run the script on its own with the same arguments to find the fault")
+        raise WorkloadError(shown, f"the process loading the workload {cause}",
+                            "run build_model() and build_dataset() by hand to find the fault")
     if run.result.get("status") == "load_error":
         error = run.result["error"]
         raise WorkloadError(shown, error["cause"], error["fix"], line=error.get("line"))
-    found = run.result["script"]
-    loader = found.get("loader") or {}
-    return Inspection(path=resolved, facts=knobs.WorkloadFacts(**run.result["facts"]),
-                      baseline=knobs.full_settings(run.result["baseline"]), search=run.result["search"],
-                      item_name=run.result["item_name"], optional=[],
-                      script={**script, "baseline": knobs.full_settings(run.result["baseline"]),
-                              "loader_site": loader.get("site")})
+    return run.result
 
 
 def device_facts(device: str) -> knobs.DeviceFacts:
