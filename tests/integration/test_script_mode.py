@@ -137,3 +137,20 @@ def test_two_script_probes_take_turns_in_lockstep(tmp_path):
     assert "".join(name for _, _, name in spans) == "".join(("cr", "rc")[i % 2] for i in range(n))
     assert set(results[1].items) == {16.0} and set(results[0].items) == {8.0}
     assert leftovers() == []
+
+
+def test_a_pair_whose_script_runs_out_of_epochs_is_a_whole_shorter_comparison(tmp_path):
+    # GIVEN a pair whose candidate script ends by itself (3 epochs of 2 steps) before the protocol is met: the
+    # reference (50 epochs) is stopped with it
+    reference = probe_spec(tmp_path, [])
+    short = {**reference.script, "args": ["--epochs", "3"]}
+    candidate = ProbeSpec(**{**reference.__dict__, "id": "c", "script": short,
+                             "settings": {**reference.settings, "batch_size": 128}})
+    reference = ProbeSpec(**{**reference.__dict__, "id": "r"})
+    results = lockstep.run_pair([reference, candidate], tmp_path, ["recheck", "knob:batch_size"], first=0)
+    # THEN both sides keep their measured steps as a result: the confirmation and duels can use the pair (a
+    # confirmation of train_cnn at batch 256 was thrown away for this, 37 steps in)
+    assert [r.status for r in results] == [Status.OK, Status.OK], [r.error for r in results]
+    assert len(results[1].step_s) >= FAST.min_steps and len(results[0].step_s) >= len(results[1].step_s)
+    assert results[0].extra["lockstep"]["stopped"] == "c ended"
+    assert leftovers() == []

@@ -38,7 +38,7 @@ import psutil
 from ..analysis.stats import wave_noise, wave_sums
 from . import runner
 from .result import ProbeResult, Status
-from .spec import ProbeSpec
+from .spec import ProbeSpec, Protocol
 from .window import EpochWindow, step_cap
 
 BEGIN, GO, STOP = b"w", b"g", b"s"
@@ -374,9 +374,16 @@ def run_pair(specs: Sequence[ProbeSpec], workdir: Path, roles: Sequence[str], fi
     for side, result in enumerate(results):
         partner = results[1 - side]
         result.extra.setdefault("lockstep", {}).update(first=side == first, stopped=why, partner=partner.id)
-        if culprit is not None and side != culprit:
+        if culprit is not None and side != culprit and not _partner_finished(result, partner, specs[0].protocol):
             _stopped_by_partner(result, partner)
     return results
+
+
+def _partner_finished(result: ProbeResult, partner: ProbeResult, protocol: Protocol) -> bool:
+    """Whether the partner ended on its own with a result (a script whose epochs ran out: script mode) after both
+    sides measured the protocol's minimum of steps: the pair is then a whole comparison, only a shorter one."""
+    return (partner.status is Status.OK and result.status is Status.OK
+            and min(len(result.step_s), len(partner.step_s)) >= protocol.min_steps)
 
 
 def _stopped_by_partner(result: ProbeResult, partner: ProbeResult) -> None:
