@@ -2,7 +2,8 @@
 
 A finding's fix may not set a knob to another value than the recommendation holds (a next step the run did not
 try, TA703's batch advice, is no contradiction); TA504 may not advise against a compile mode the recommendation
-holds; TA702/TA704 may not question a numeric knob the recommendation changed; an `ok` probe has a throughput.
+holds; TA702/TA704 may not question a numeric knob the recommendation changed; an `ok` probe has a throughput; a
+speedup is stated only for a recommendation that changes something.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ def contradictions(document: dict[str, Any]) -> list[str]:
     base = (document.get("baseline") or {}).get("settings") or {}
     changed = {k: v for k, v in rec.items() if base.get(k) != v}
     found = []
+    if not changed and (document.get("speedup") or {}).get("median") not in (None, 1, 1.0):
+        found.append(f"the recommendation keeps the baseline, yet the speedup reads {document['speedup']['median']:.3g}x")
     for f in document.get("findings") or []:
         code, message = f.get("code", "?"), f.get("message", "")
         for knob, value in ((f.get("fix") or {}).get("settings") or {}).items():

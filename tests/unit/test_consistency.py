@@ -45,3 +45,14 @@ def test_the_check_finds_each_kind_of_contradiction():
     assert any(f.startswith("TA702 questions amp") for f in found)
     assert any(f.startswith("TA101 fixes amp=off") for f in found)
     assert any("without a throughput" in f for f in found)
+
+
+def test_a_speedup_beside_an_unchanged_recommendation_is_a_contradiction():
+    # GIVEN a report that keeps the baseline yet states the speedup of the candidate its confirmation rejected
+    doc = copy.deepcopy(json.loads((ROOT / "tests" / "golden" / "cnn.results.json").read_text()))
+    doc["recommended"] = copy.deepcopy(doc["baseline"])
+    doc["speedup"] = {"median": 1.32, "ci_low": 0.94, "ci_high": 1.85}
+    # THEN the check names it; with no speedup the same report agrees with itself
+    assert any("keeps the baseline, yet the speedup reads 1.32x" in f for f in contradictions(doc))
+    assert not any("speedup" in f for f in contradictions({**doc, "speedup": None}))
+

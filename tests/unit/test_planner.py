@@ -960,3 +960,20 @@ def test_drift_groups_runs_beside_a_partner_by_the_partners_settings():
     session._record(probe("p007", fast, 990.0, "p008"))
     session._record(probe("p008", other, 910.0, "p007"))
     assert session.drift()[1] == 3
+
+
+def test_a_rejected_confirmation_keeps_the_baseline_and_states_no_speedup():
+    from tune_advisor.planner.confirm import confirm
+
+    # GIVEN a winner that the search liked but that is really as fast as the baseline, with steps jittering ±40%
+    backend, clock = FakeBackend(lambda s: 1000.0, jitter=0.4), FakeClock()
+    session = Session(backend, clock=clock)
+    base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
+    winner = session.run({**base.settings, "amp": "bf16"}, "knob:amp")
+    notes: list[str] = []
+    # WHEN the confirmation measures them together
+    recommended, speedup = confirm(session, base, winner, notes)
+    # THEN the baseline stays recommended with no speedup (a figure for settings the report does not recommend
+    # would contradict it), and the note says what the confirmation measured
+    assert recommended is base and speedup is None
+    assert any(n.startswith("the confirmation measured") and "amp=bf16" in n for n in notes)

@@ -29,7 +29,9 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
             notes: list[str]) -> tuple[ProbeResult, dict[str, Any] | None]:
     """Measure baseline and winner together in lockstep rounds (CONFIRM_MIN_ROUNDS, then up to CONFIRM_ROUNDS
     while the budget allows; the first mover alternates): drift hits both alike. Then each once more alone, for
-    the figures the report prints. Returns (recommended, speedup).
+    the figures the report prints. Returns (recommended, speedup); the speedup is None when the baseline stays
+    recommended (the note says what the confirmation measured: a speedup beside unchanged settings would be one
+    the report does not recommend).
 
     The speedup is the geometric mean of the rounds' ratios, with a 95% CI from Student's t over the rounds
     (`stats.rounds_ratio_interval`), so it covers the drift between rounds. The winner stays recommended only if
@@ -82,7 +84,7 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
         notes.append(f"the confirmation measured {median:.2f}x [{low:.2f}, {high:.2f}] for "
                      f"{knobs.describe(winner.settings, base.settings)}: within noise, so the baseline "
                      "stays recommended")
-        return base, speedup
+        return base, None
     return winner, speedup
 
 
