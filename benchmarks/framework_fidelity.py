@@ -1,0 +1,139 @@
+"""Does a probe of a framework workload read what the framework's own training loop does? (issue 23: within 5%.)
+
+For fixtures/hf_trainer.py (a transformers Trainer) and fixtures/lightning_module.py (a LightningModule), at the
+file's own settings: a probe (tune-advisor's child, the adapter's training step) and the framework's loop
+(`trainer.train()` / `Trainer.fit()`, in a fresh process, timed by a callback after each optimizer step, the first
+WARM_STEPS left out) run in rounds of one each, who goes first alternating. Both are given in samples (sequences,
+images) per second. Prints each round and the median of the rounds' ratios with the 95% CI of their geometric
+mean: a fresh process's throughput varies by itself, so a paired ratio is the figure. Prints the CPU model and
+flags first. About 3 minutes on 2 cores.
+
+    python benchmarks/framework_fidelity.py [--rounds 5] [hf_trainer|lightning_module ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = {"hf_trainer": "hf", "lightning_module": "lightning"}
+WARM_STEPS = 3  # optimizer steps left out at the start of the framework's loop (compiles, allocator, first batch)
+MEASURED_STEPS = 16  # optimizer steps timed
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "fixtures" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def hf_loop(name: str) -> dict:
+    """The Trainer's own train(): samples per second over optimizer steps, per_device batch x accumulation each."""
+    from transformers import TrainerCallback
+
+    trainer = _load(name).build_trainer()
+    args = trainer.args
+    args.max_steps = WARM_STEPS + MEASURED_STEPS
+    args.disable_tqdm = True  # no save or log falls due within so few steps (their defaults are every 500)
+    ends: list[float] = []
+
+    class Clock(TrainerCallback):
+        def on_step_end(self, *_, **__):
+            ends.append(time.perf_counter())
+
+    trainer.add_callback(Clock())
+    trainer.train()
+    per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps
+    timed = ends[WARM_STEPS - 1:]
+    return {"samples_per_s": per_step * (len(timed) - 1) / (timed[-1] - timed[0]), "steps": len(timed) - 1,
+            "samples_per_step": per_step}
+
+
+def lightning_loop(name: str) -> dict:
+    """Trainer.fit() with the file's TRAINER_ARGS: samples per second over optimizer steps."""
+    import lightning as L
+
+    module = _load(name)
+    model = module.build_module()
+    ends: list[float] = []
+    sizes: list[int] = []
+
+    class Clock(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            ends.append(time.perf_counter())
+            sizes.append(len(batch[0]))
+
+    accumulate = int(module.TRAINER_ARGS.get("accumulate_grad_batches", 1))
+    trainer = L.Trainer(**{**module.TRAINER_ARGS, "max_epochs": None}, max_steps=WARM_STEPS + MEASURED_STEPS,
+                        accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, callbacks=[Clock()],
+                        default_root_dir=tempfile.mkdtemp(prefix="lightning-fidelity-"))
+    trainer.fit(model)
+    first = WARM_STEPS * accumulate - 1  # the end of the last warm-up step's last micro-batch
+    return {"samples_per_s": sum(sizes[first + 1:]) / (ends[-1] - ends[first]), "steps": MEASURED_STEPS,
+            "samples_per_step": sizes[-1] * accumulate}
+
+
+def framework_rate(name: str) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--loop", name], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def probe_rate(name: str, workdir: Path) -> tuple[float, int]:
+    """A probe at the file's own settings: samples per second (steps of batch_size samples; the probe counts
+    tokens for a batch with an attention_mask, so its steps are counted here instead)."""
+    from tune_advisor import api
+    from tune_advisor.probe.spec import Protocol
+
+    _, result = api.probe(ROOT / "fixtures" / f"{name}.py", device="cpu", workdir=workdir,
+                          protocol=Protocol(warmup_steps=3, min_steps=20, min_time_s=2.0, max_time_s=15.0))
+    if not result.ok:
+        raise SystemExit(f"{name}: the probe failed: {result.status.value}: {result.error}")
+    return result.settings["batch_size"] * len(result.step_s) / sum(result.step_s), len(result.step_s)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help=f"any of {', '.join(FIXTURES)} (default: both)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--loop", help=argparse.SUPPRESS)  # the framework's loop, in this fresh process
+    args = parser.parse_args(argv)
+    if args.loop:
+        print(json.dumps((hf_loop if FIXTURES[args.loop] == "hf" else lightning_loop)(args.loop)))
+        return 0
+    from tune_advisor import environment
+    from tune_advisor.analysis import stats
+
+    print(f"CPU: {environment.cpu_model()}; flags: {', '.join(environment.cpu_flags()) or 'none of note'}")
+    workdir = Path(tempfile.mkdtemp(prefix="framework-fidelity-"))
+    worst = 0.0
+    for name in args.names or FIXTURES:
+        ratios = []
+        for i in range(args.rounds):
+            if i % 2:
+                probe, steps = probe_rate(name, workdir)
+                loop = framework_rate(name)
+            else:
+                loop = framework_rate(name)
+                probe, steps = probe_rate(name, workdir)
+            ratios.append(probe / loop["samples_per_s"])
+            print(f"{name} round {i + 1}: probe {probe:.1f} samples/s over {steps} steps, framework loop "
+                  f"{loop['samples_per_s']:.1f} over {loop['steps']} optimizer steps of {loop['samples_per_step']} "
+                  f"samples; ratio {ratios[-1]:.3f}", flush=True)
+        ratio, low, high = stats.rounds_ratio_interval(ratios)
+        worst = max(worst, abs(ratio - 1))
+        print(f"{name}: probe / framework loop {ratio:.3f} ({ratio - 1:+.1%}), 95% CI [{low:.3f}, {high:.3f}] over "
+              f"{len(ratios)} rounds", flush=True)
+    return 0 if worst <= 0.05 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

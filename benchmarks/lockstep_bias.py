@@ -1,0 +1,98 @@
+"""Does a lockstep pair read the same speedup as the two settings run alone, one after the other?
+
+The planner's duels and the confirmation measure two settings together, step by step (probe/lockstep.py), so
+that the machine's moments hit both alike. A user trains one setting alone. For each case: ROUNDS rounds, each a
+lockstep pair of baseline and candidate (who moves first alternating), then each of the two alone in a fresh
+probe (who goes first alternating). Prints each round's rates and ratios, then the geometric mean of the lockstep
+ratios over that of the ratios alone, with the spread of a setting's rate between fresh processes. Prints the CPU
+model and flags first. About 1 minute a round for cnn, 20 s for tiny_batch_mlp, on 2 cores.
+
+    python benchmarks/lockstep_bias.py [--rounds 4] [CASE ...]      (cases: cnn, tiny_batch_mlp)
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+from pathlib import Path
+
+from tune_advisor import environment, knobs
+from tune_advisor.analysis import stats
+from tune_advisor.api.inspection import inspect_workload
+from tune_advisor.planner.compare import window_rate
+from tune_advisor.probe import lockstep
+from tune_advisor.probe.runner import run_probe
+from tune_advisor.probe.spec import ProbeSpec, Protocol
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES = {  # fixture -> the candidate's changes over its BASELINE (what its analyses recommend)
+    "cnn": {"batch_size": 128, "amp": "bf16", "channels_last": True},
+    "tiny_batch_mlp": {"batch_size": 512, "amp": "bf16"},
+}
+
+
+class Probes:
+    def __init__(self, name: str, workdir: Path):
+        self.workdir, self.n = workdir, 0
+        self.info = inspect_workload(ROOT / "fixtures" / f"{name}.py", "cpu", workdir)
+
+    def spec(self, settings: dict) -> ProbeSpec:
+        self.n += 1
+        return ProbeSpec(id=f"b{self.n:03d}", workload=str(self.info.path), settings=settings, device="cpu",
+                         protocol=Protocol())
+
+    def pair(self, a: dict, b: dict, first: int) -> tuple[float, float]:
+        ra, rb = lockstep.run_pair([self.spec(a), self.spec(b)], self.workdir, ["baseline", "candidate"], first=first)
+        return window_rate(ra), window_rate(rb)
+
+    def alone(self, settings: dict) -> float:
+        return window_rate(run_probe(self.spec(settings), self.workdir, role="alone"))
+
+
+def gmean(values: list[float]) -> float:
+    return math.exp(sum(map(math.log, values)) / len(values))
+
+
+def case(name: str, rounds: int) -> None:
+    probes = Probes(name, Path(tempfile.mkdtemp(prefix=f"lockstep-bias-{name}-")))
+    base = dict(probes.info.baseline)
+    cand = {**base, **CASES[name]}
+    print(f"{name}: {knobs.describe(CASES[name])} against the baseline", flush=True)
+    paired, alone, rates = [], [], {"baseline": [], "candidate": []}
+    for i in range(rounds):
+        a, b = probes.pair(base, cand, first=i % 2)
+        order = ("baseline", "candidate") if i % 2 == 0 else ("candidate", "baseline")
+        solo = {role: probes.alone(base if role == "baseline" else cand) for role in order}
+        paired.append(b / a)
+        alone.append(solo["candidate"] / solo["baseline"])
+        for role in rates:
+            rates[role].append(solo[role])
+        print(f"  round {i + 1}: lockstep {a:,.0f} -> {b:,.0f} ({paired[-1]:.3f}x); alone {solo['baseline']:,.0f} "
+              f"-> {solo['candidate']:,.0f} ({alone[-1]:.3f}x)", flush=True)
+    lo_p, hi_p = stats.rounds_ratio_interval(paired)[1:]
+    lo_a, hi_a = stats.rounds_ratio_interval(alone)[1:]
+    print(f"  lockstep {gmean(paired):.3f}x [{lo_p:.3f}, {hi_p:.3f}], alone {gmean(alone):.3f}x [{lo_a:.3f}, "
+          f"{hi_a:.3f}] (95% CI over the rounds); lockstep / alone {gmean(paired) / gmean(alone):.3f}")
+    for role, values in rates.items():
+        print(f"  {role} alone, fresh processes: {min(values):,.0f} to {max(values):,.0f} "
+              f"(high/low {max(values) / min(values):.2f})")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("cases", nargs="*", help=f"any of {', '.join(CASES)} (default: all)")
+    parser.add_argument("--rounds", type=int, default=4)
+    args = parser.parse_args(argv)
+    unknown = set(args.cases) - set(CASES)
+    if unknown:
+        parser.error(f"unknown case(s) {', '.join(sorted(unknown))}: pick from {', '.join(CASES)}")
+    print(f"CPU: {environment.cpu_model()}; flags: {', '.join(environment.cpu_flags()) or 'none of note'}")
+    for name in args.cases or CASES:
+        case(name, args.rounds)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
