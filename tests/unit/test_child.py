@@ -7,7 +7,7 @@ import math
 import subprocess
 import sys
 
-from tune_advisor.probe.child import write_json_atomic
+from tune_advisor.probe.child import write_result
 
 
 def test_the_entry_module_imports_no_torch():
@@ -18,6 +18,6 @@ def test_the_entry_module_imports_no_torch():
 
 def test_the_result_is_written_whole_with_non_finite_figures_as_null(tmp_path):
     path = tmp_path / "result.json"
-    write_json_atomic(path, {"extra": {"noise": math.inf, "steps": (1.0, math.nan)}, "status": "ok"})
+    write_result(path, {"extra": {"noise": math.inf, "steps": (1.0, math.nan)}, "status": "ok"})
     assert json.loads(path.read_text()) == {"extra": {"noise": None, "steps": [1.0, None]}, "status": "ok"}
     assert [p.name for p in tmp_path.iterdir()] == ["result.json"]

@@ -13,7 +13,9 @@ from ..planner import STRATEGIES
 from ..probe.spec import Protocol
 from ..script import flags
 
-DEFAULT_BUDGET_S = 15 * 60
+# Where the recommendation stops improving on small models on a 2-core machine (docs/planner.md, the budget curve);
+# most plans end on their own well before it.
+DEFAULT_BUDGET_S = 10 * 60
 DEFAULT_PROBE_TIMEOUT_S = 120.0
 
 

@@ -81,7 +81,9 @@ def command(
     out: Optional[Path] = typer.Option(None, "--out", "-o",
                                        help="Output folder [default: tune-advisor-report/<stem>]."),
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
-    budget: str = typer.Option("15m", help="Wall-time budget of the whole analysis (e.g. 5m, 90s)."),
+    budget: str = typer.Option(f"{api.DEFAULT_BUDGET_S / 60:g}m",
+                               help="Wall-time budget of the whole analysis, start to last report written (e.g. 5m, "
+                                    "90s)."),
     probe_timeout: str = typer.Option("120s", help="Wall-clock limit of each probe."),
     max_memory: Optional[str] = typer.Option(None, help="Memory budget for the batch ladder (e.g. 8GiB) "
                                                         "[default on CPU: 80% of the memory available]."),

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from ..files import write_text_atomic
 from .result import Status
 from .spec import ProbeSpec
 
@@ -53,15 +53,14 @@ def main(argv: list[str]) -> int:
     if spec.distributed and spec.mode == "probe":  # a torchrun rank: rank 0 writes the job's merged result
         from ..distributed import rank as ddp_rank  # not at the top: see train_and_measure
 
-        return ddp_rank.finish(result, result_path, write_json_atomic)
-    write_json_atomic(result_path, result)
+        return ddp_rank.finish(result, result_path, write_result)
+    write_result(result_path, result)
     return 0
 
 
-def write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(_finite(data), allow_nan=False, default=str))
-    os.replace(tmp, path)
+def write_result(path: Path, data: dict) -> None:
+    """The result file, written whole (files.py), non-finite figures as null."""
+    write_text_atomic(path, json.dumps(_finite(data), allow_nan=False, default=str))
 
 
 def _finite(value: Any) -> Any:
