@@ -11,11 +11,10 @@ For every fixture, in one run:
      ratios, with their range. Identical settings are not measured: their ratio is 1.
 Cost = the planner's wall time over the grid's (each a whole `analyze`: inspection, probes, confirmation).
 
-    python benchmarks/search_quality.py [FIXTURE.py ...] [--out DIR] [--budget 3m] [--curve 1m,2m,5m]
+    python benchmarks/search_quality.py [FIXTURE.py ...] [--out DIR] [--budget 3m]
 
---budget is the planner's (default 3m: the budget the README's example uses). --curve adds one planner run per
-listed budget, each measured against the grid's best the same way: how the recommendation's quality grows with
-the budget. Each run's `used_s` beside its budget shows where the planner stopped on its own.
+--budget is the planner's (default 3m: the budget the README's example uses); each run's `used_s` beside its budget
+shows where the planner stopped on its own. How quality grows with the budget: benchmarks/budget_curve.py.
 
 Targets (issues 3 and 21): regret <= 5% on every fixture at --budget 3m, cost <= 30% of the grid. Rows are saved to
 DIR/rows.json as each fixture finishes, and the table is printed at the end. Finished runs (grid and planner) found
@@ -94,7 +93,7 @@ def remeasure(path: Path, reference: dict, candidate: dict, workdir: Path) -> di
             "how": "lockstep" if paired else "in turn"}
 
 
-def bench(name: str, out: Path, budget: str = PLANNER_BUDGET, curve: tuple[str, ...] = ()) -> dict:
+def bench(name: str, out: Path, budget: str = PLANNER_BUDGET) -> dict:
     path = ROOT / "fixtures" / name
     stem = path.stem
     # start the probe zygote first, so neither strategy pays for it
@@ -128,16 +127,8 @@ def bench(name: str, out: Path, budget: str = PLANNER_BUDGET, curve: tuple[str, 
     planner_vs_grid = remeasure(path, grid_best.settings, first, out / stem / "remeasure")
     repeat = remeasure(path, first, second, out / stem / "remeasure") if second != first else None
     grid_s, planner_s = grid.document["budget"]["used_s"], runs[0].document["budget"]["used_s"]
-    points = []
-    for b in curve:
-        run = runs[0] if b == budget else planner(f"curve at {b}", out / stem / f"curve-{b}", b)
-        vs = planner_vs_grid if b == budget else remeasure(path, grid_best.settings, run.recommended.settings,
-                                                           out / stem / "remeasure")
-        points.append({"budget": b, "used_s": run.document["budget"]["used_s"],
-                       "planner": knobs.describe(run.recommended.settings, base), "vs_grid": vs,
-                       "regret": 1 - vs["median"]})
     return {
-        "budget": budget, "curve": points,
+        "budget": budget,
         "fixture": stem,
         "grid_size": sum(1 for p in grid.probes if p.role == "grid") + 1,
         "grid_best": knobs.describe(grid_best.settings, base),
@@ -171,36 +162,21 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def curve_table(rows: list[dict]) -> str:
-    head = f"{'fixture':<15} {'budget':>6} {'used (s)':>8} {'planner':<36} {'planner/grid [range]':<24} {'regret':>7}"
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        for point in r.get("curve", []):
-            g = point["vs_grid"]
-            lines.append(f"{r['fixture']:<15} {point['budget']:>6} {point['used_s']:>8.0f} {point['planner']:<36} "
-                         f"{g['median']:.3f} [{g['low']:.3f}, {g['high']:.3f}]{'':<6} {point['regret']:>6.1%}")
-    return "\n".join(lines)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("fixtures", nargs="*", default=FIXTURES)
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "search_quality")
     parser.add_argument("--budget", default=PLANNER_BUDGET, help="the planner's budget (default %(default)s)")
-    parser.add_argument("--curve", default="", help="more budgets, comma-separated (1m,2m,5m): the quality curve")
     args = parser.parse_args()
-    curve = tuple(b for b in args.curve.split(",") if b)
     print(f"CPU: {environment.cpu_model()}; flags: {', '.join(environment.cpu_flags()) or 'none of note'}")
     args.out.mkdir(parents=True, exist_ok=True)
     rows_path = args.out / "rows.json"
     rows = []
     for name in args.fixtures:
-        rows.append(bench(Path(name).name, args.out, args.budget, curve))
+        rows.append(bench(Path(name).name, args.out, args.budget))
         rows_path.write_text(json.dumps(rows, indent=1))
         print(table(rows[-1:]), flush=True)
     print("\n" + table(rows))
-    if curve:
-        print("\nquality against the budget\n" + curve_table(rows))
     worst = max(r["regret"] for r in rows)
     print(f"\nworst regret {worst:.1%} (target <= 5%); worst cost {max(r['cost'] for r in rows):.1%} "
           f"(target <= 30%)")
