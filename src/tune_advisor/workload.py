@@ -112,6 +112,7 @@ class Workload:
     baseline: dict[str, Any]
     search: dict[str, list]
     framework: dict[str, Any] | None = None  # {"name": "hf" | "lightning", "config": ...} (frameworks/)
+    optimizer_step: frameworks.OptimizerStep | None = None  # the framework loop's accumulation and clipping
 
     def call(self, name: str, *args):
         """Call a user function; a raise becomes a WorkloadError pointing at the user's line."""
@@ -197,7 +198,7 @@ def _framework_workload(p: Path, module, kind: str, shown: str) -> Workload:
         item_name=str(getattr(module, "ITEM_NAME", None) or (adapted.item_name if not count_items else "samples")),
         baseline={**adapted.baseline, **_validated(module, "BASELINE", knobs.validate_settings, p)},
         search=_validated(module, "SEARCH", knobs.validate_search, p),
-        framework={"name": adapted.framework, "config": adapted.config},
+        framework={"name": adapted.framework, "config": adapted.config}, optimizer_step=adapted.optimizer_step,
     )
 
 

@@ -100,6 +100,17 @@ def test_a_larger_batch_keeps_the_effective_batch_through_accumulation():
     assert "the effective batch stays 32 (16 x 2)" in note
 
 
+def test_the_probe_steps_the_optimizer_as_the_trainer_does():
+    # the fixture's Trainer accumulates 4 batches of 8 and clips at TrainingArguments' default max_grad_norm=1.0
+    rule = workload.load(FIXTURES / "hf_trainer.py").optimizer_step
+    assert rule == frameworks.OptimizerStep(batch_size=8, accumulate=4, clip_value=1.0, clip="norm")
+    # a probe at another batch accumulates what keeps the effective batch of 32, as the recommendation writes it
+    assert [rule.every(b) for b in (8, 16, 32, 64)] == [4, 2, 1, 1]
+    # max_grad_norm 0 (or None) turns clipping off, as in the Trainer
+    assert hf.optimizer_step(args(max_grad_norm=0)).clip_value is None
+    assert hf.optimizer_step(args(max_grad_norm=None, gradient_accumulation_steps=2)).accumulate == 2
+
+
 def test_a_batch_past_the_effective_batch_says_the_optimisation_changes():
     base = knobs.full_settings({"batch_size": 8})
     rec = {**base, "batch_size": 16}

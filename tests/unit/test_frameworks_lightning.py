@@ -10,7 +10,7 @@ import torch
 
 from tune_advisor import knobs, workload
 from tune_advisor.errors import WorkloadError
-from tune_advisor.frameworks import lightning
+from tune_advisor.frameworks import OptimizerStep, lightning
 from tune_advisor.render import view
 
 from ..conftest import BAD, FIXTURES, golden
@@ -83,6 +83,17 @@ def test_the_fixture_loads_as_a_lightning_workload():
 def test_the_dataloader_and_trainer_args_become_the_baseline(tmp_path, loader, trainer_args, expected):
     wl = workload.load(write(tmp_path, loader=loader, extra=trainer_args))
     assert expected.items() <= wl.baseline.items()
+
+
+@pytest.mark.parametrize("trainer_args, expected", [
+    ("", OptimizerStep(batch_size=8)),
+    ("TRAINER_ARGS = {'accumulate_grad_batches': 4, 'gradient_clip_val': 0.5}\n",
+     OptimizerStep(batch_size=8, accumulate=4, clip_value=0.5, clip="norm")),
+    ("TRAINER_ARGS = {'gradient_clip_val': 2, 'gradient_clip_algorithm': 'value'}\n",
+     OptimizerStep(batch_size=8, clip_value=2.0, clip="value")),
+])
+def test_the_probe_steps_the_optimizer_as_lightnings_trainer_does(tmp_path, trainer_args, expected):
+    assert workload.load(write(tmp_path, extra=trainer_args)).optimizer_step == expected
 
 
 def test_a_module_of_the_older_pytorch_lightning_package_is_accepted(tmp_path):
@@ -190,6 +201,10 @@ def test_build_module_that_is_not_a_function(tmp_path):
      "precision='bf16-true' is not one the advisor probes"),
     ("return torch.optim.SGD(self.parameters(), lr=0.1)", "batch_size=8",
      "Module.automatic_optimization = False\n", "automatic_optimization = False"),
+    ("return torch.optim.SGD(self.parameters(), lr=0.1)", "batch_size=8",
+     "TRAINER_ARGS = {'gradient_clip_algorithm': 'max'}\n", "gradient_clip_algorithm='max' is not one Lightning"),
+    ("return torch.optim.SGD(self.parameters(), lr=0.1)", "batch_size=8",
+     "TRAINER_ARGS = {'gradient_clip_val': 'big'}\n", "gradient_clip_val='big' is not a number"),
 ])
 def test_modules_the_advisor_cannot_time_are_refused(tmp_path, optimizers, loader, extra, cause):
     wl_path = write(tmp_path, optimizers=optimizers, loader=loader, extra=extra)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numpy as np
@@ -25,6 +26,12 @@ def iqr(values: Sequence[float]) -> float:
 def relative_iqr(values: Sequence[float]) -> float:
     m = median(values)
     return iqr(values) / m if m > 0 else float("inf")
+
+
+def period(workers: int, cycle: int = 1) -> int:
+    """Steps after which a step series repeats: a loader wave of `workers` steps (analysis.stats.wave_noise) and
+    an accumulation `cycle` (one step in `cycle` also steps the optimizer), both whole."""
+    return math.lcm(max(1, workers), max(1, cycle))
 
 
 def wave_sums(values: Sequence[float], wave: int, n_waves: int | None = None) -> np.ndarray:

@@ -11,9 +11,9 @@ import difflib
 from types import ModuleType
 from typing import Any, Callable
 
-from .common import Adapted
+from .common import Adapted, OptimizerStep
 
-__all__ = ["Adapted", "ENTRY", "adapt", "batch_note", "install_hint", "kind_of", "misspelled_entry", "recommendation"]
+__all__ = ["Adapted", "OptimizerStep", "ENTRY", "adapt", "batch_note", "install_hint", "kind_of", "misspelled_entry", "recommendation"]
 
 # The entry function that marks each kind, in the order they are checked after the plain contract
 # (build_model/build_dataset), which always wins.

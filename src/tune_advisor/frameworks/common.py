@@ -1,5 +1,6 @@
-"""What both adapters share: the Adapted parts, the framework import with its install hint, the effective batch
-kept through gradient accumulation when the batch size changes, and values written as the user writes them."""
+"""What both adapters share: the Adapted parts, the framework's optimizer step (accumulation and clipping), the
+framework import with its install hint, the effective batch kept through gradient accumulation when the batch size
+changes, and values written as the user writes them."""
 
 from __future__ import annotations
 
@@ -10,6 +11,28 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..errors import WorkloadError
+
+
+@dataclass(frozen=True)
+class OptimizerStep:
+    """How the framework's own loop steps the optimizer, so that a probe's step costs what the user's does: once
+    per `accumulate` micro-batches of the user's `batch_size` (the loss divided by that count before backward),
+    after clipping the gradients (`clip` "norm": their total norm to `clip_value`; "value": each element; no
+    clipping when `clip_value` is None)."""
+
+    batch_size: int
+    accumulate: int = 1
+    clip_value: float | None = None
+    clip: str = "norm"
+
+    def every(self, batch_size: int) -> int:
+        """Micro-batches per optimizer step at `batch_size`: those that keep the user's effective batch, as the
+        recommendation writes them (`accumulation`)."""
+        return accumulation(self.batch_size, self.accumulate, batch_size)[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"batch_size": self.batch_size, "accumulate": self.accumulate, "clip_value": self.clip_value,
+                "clip": self.clip}
 
 
 @dataclass
@@ -30,6 +53,7 @@ class Adapted:
     item_name: str
     baseline: dict[str, Any]
     config: dict[str, Any] = field(default_factory=dict)
+    optimizer_step: OptimizerStep | None = None  # None: one optimizer step per batch, no clipping
 
 
 def require(name: str, extra: str, shown: str, entry: str):

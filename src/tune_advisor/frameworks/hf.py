@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from .. import knobs
 from ..errors import WorkloadError
-from .common import Adapted, accumulation, accumulation_note, literal, steps, plain, require
+from .common import Adapted, OptimizerStep, accumulation, accumulation_note, literal, steps, plain, require
 
 ENTRY = "build_trainer"
 FIX_RETURN = "return the transformers.Trainer you would call .train() on from build_trainer()"
@@ -140,7 +140,15 @@ def adapt(module: Any, shown: str, call: Callable):
     return Adapted(framework="hf", build_model=lambda: trainer.model, build_dataset=lambda: dataset,
                    compute_loss=compute_loss, build_optimizer=build_optimizer, collate_fn=collate,
                    count_items=count_tokens if tokens else None, item_name="tokens" if tokens else "samples",
-                   baseline=baseline(args, optimizer), config=config)
+                   baseline=baseline(args, optimizer), config=config, optimizer_step=optimizer_step(args))
+
+
+def optimizer_step(args: Any) -> OptimizerStep:
+    """The Trainer's optimizer step: every gradient_accumulation_steps micro-batches, after clipping the gradients'
+    norm to max_grad_norm (1.0 unless set; 0 or None turns clipping off)."""
+    norm = getattr(args, "max_grad_norm", None)
+    return OptimizerStep(int(args.per_device_train_batch_size), steps(args.gradient_accumulation_steps),
+                         float(norm) if isinstance(norm, (int, float)) and norm > 0 else None)
 
 
 def _training_data(trainer: Any, transformers: Any) -> tuple[Any, Callable]:

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from .. import knobs
 from ..errors import WorkloadError
-from .common import Adapted, accumulation, accumulation_note, literal, steps, require
+from .common import Adapted, OptimizerStep, accumulation, accumulation_note, literal, steps, require
 
 ENTRY = "build_module"
 # Trainer(precision=...) values and the amp knob they mean; "32"/32 are Lightning's older spellings.
@@ -94,7 +94,8 @@ def adapt(module: Any, shown: str, call: Callable) -> Adapted:
                    config={"trainer_args": {k: v for k, v in trainer_args.items() if _jsonable(v)},
                            "module_class": type(lm).__name__,
                            "dataloader_from": "build_datamodule()" if hasattr(module, "build_datamodule") else
-                           "train_dataloader()"})
+                           "train_dataloader()"},
+                   optimizer_step=optimizer_step(loader.batch_size, trainer_args, shown))
 
 
 class _Packages:
@@ -158,6 +159,21 @@ def _train_loader(module: Any, lm: Any, pl: Any, shown: str, call: Callable):
         raise WorkloadError(shown, f"train_dataloader() returned a {type(loader).__name__}, not one DataLoader",
                             "return a single torch.utils.data.DataLoader from train_dataloader()")
     return loader
+
+
+def optimizer_step(batch_size: int, trainer_args: Mapping[str, Any], shown: str) -> OptimizerStep:
+    """Lightning's optimizer step from TRAINER_ARGS: every accumulate_grad_batches batches, after clipping by
+    gradient_clip_val (gradient_clip_algorithm "norm", Lightning's default, or "value")."""
+    clip_value = trainer_args.get("gradient_clip_val")
+    algorithm = str(trainer_args.get("gradient_clip_algorithm") or "norm")
+    if algorithm not in ("norm", "value"):
+        raise WorkloadError(shown, f"TRAINER_ARGS gradient_clip_algorithm={algorithm!r} is not one Lightning knows",
+                            'use "norm" or "value"')
+    if clip_value is not None and (not isinstance(clip_value, (int, float)) or isinstance(clip_value, bool)):
+        raise WorkloadError(shown, f"TRAINER_ARGS gradient_clip_val={clip_value!r} is not a number",
+                            "write gradient_clip_val as a number (or leave it out: no clipping)")
+    return OptimizerStep(int(batch_size), steps(trainer_args.get("accumulate_grad_batches")),
+                         float(clip_value) if clip_value else None, algorithm)
 
 
 def baseline(loader: Any, trainer_args: Mapping[str, Any], shown: str) -> dict[str, Any]:

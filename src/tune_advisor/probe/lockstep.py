@@ -35,7 +35,7 @@ from typing import Sequence
 import numpy as np
 import psutil
 
-from ..analysis.stats import wave_noise, wave_sums
+from ..analysis.stats import period, wave_noise, wave_sums
 from . import runner
 from .result import ProbeResult, Status
 from .spec import ProbeSpec, Protocol
@@ -60,7 +60,7 @@ class NoBaton:
     active = False
     idle_s = 0.0
 
-    def begin(self, epoch_steps: int | None = None) -> None:
+    def begin(self, epoch_steps: int | None = None, cycle: int = 1) -> None:
         pass
 
     def wait(self) -> bool:
@@ -89,7 +89,7 @@ class Baton:
         os.set_blocking(self.go, True)
         os.set_blocking(self.out, True)
         self.timeout_s = timeout_s
-        self.epoch_steps = 0
+        self.epoch_steps, self.cycle = 0, 1
         self.begun: float | None = None  # begin() returned: this side's turn to warm up
         self.began: float | None = None  # the first wait(): the warm-up is over
         self.ready_wait_s = 0.0  # waiting for the other side's warm-up
@@ -102,10 +102,11 @@ class Baton:
         """Wall time since the warm-up that was the other side's: measuring time = wall time - idle_s."""
         return time.perf_counter() - self.began - self.busy_s if self.began is not None else 0.0
 
-    def begin(self, epoch_steps: int | None = None) -> None:
+    def begin(self, epoch_steps: int | None = None, cycle: int = 1) -> None:
         """Wait for this side's turn to warm up (the other side is paused meanwhile, or still building).
-        `epoch_steps` (batches per epoch with loader workers) goes to the parent with "ready"."""
-        self.epoch_steps = epoch_steps or 0
+        `epoch_steps` (batches per epoch with loader workers) and `cycle` (steps per optimizer step, under a
+        framework's gradient accumulation) go to the parent with "ready"."""
+        self.epoch_steps, self.cycle = epoch_steps or 0, max(1, cycle)
         word = self._read()
         if word == STOP:
             raise LockstepError(f"stopped before it began: {PARTNER_ENDED}")
@@ -117,7 +118,7 @@ class Baton:
         first = self.began is None
         if first:
             self.began = time.perf_counter()
-            self._send(f"{READY} {self.epoch_steps}")
+            self._send(f"{READY} {self.epoch_steps} {self.cycle}")
         word = self._read()
         now = time.perf_counter()
         if first:
@@ -208,7 +209,9 @@ class _Pair:
         protocol = probes[0].spec.protocol
         self.protocol = protocol
         workers = [int(p.spec.settings.get("num_workers") or 0) for p in probes]
-        self.waves = [max(1, w) for w in workers]  # steps per loader wave, as analysis.stats.wave_noise counts
+        # Steps per loader wave, as analysis.stats.wave_noise counts; with each side's accumulation cycle from its
+        # "ready", the period its step series repeats with.
+        self.waves = [max(1, w) for w in workers]
         self.epochs = [0, 0]  # each side's batches per epoch, from its "ready" (0: not known, or no workers)
         self.window = None  # an EpochWindow, once both sides are ready
         self.cap = step_cap(protocol.max_steps, max(workers))  # the cap a free-running child has
@@ -222,10 +225,12 @@ class _Pair:
             order = (first, 1 - first)
             for side in order:  # one at a time (see the module's docstring), the first mover first; the other
                 os.write(self.channels[side].go, BEGIN)  # waits, idle, in begin()
-                word, *epochs = self._receive(side).split()
+                word, *counts = self._receive(side).split()
                 if word != READY:
                     raise ValueError(f"{self.probes[side].spec.id}: expected {READY!r} from the child")
-                self.epochs[side] = int(epochs[0]) if epochs and epochs[0].isdigit() else 0
+                epochs, cycle = (counts + ["0", "1"][len(counts):])[:2]
+                self.epochs[side] = int(epochs) if epochs.isdigit() else 0
+                self.waves[side] = period(self.waves[side], int(cycle) if cycle.isdigit() else 1)
                 self._signal(side, signal.SIGSTOP)
             while not self._enough(steps, items):
                 for side in order:

@@ -58,8 +58,9 @@ class ProbeResult:
 
     @property
     def wave(self) -> int:
-        """Steps per wave of batches from the loader: its worker count (see analysis.stats)."""
-        return max(1, int(self.settings.get("num_workers") or 0))
+        """Steps after which the step series repeats: a wave of batches from the loader (its worker count, see
+        analysis.stats) and the optimizer's accumulation cycle, when a framework's loop accumulates."""
+        return stats.period(int(self.settings.get("num_workers") or 0), int(self.extra.get("optimizer_every") or 1))
 
     @property
     def step_s(self) -> list[float]:

@@ -16,7 +16,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from .. import workload as wl_mod
-from ..analysis.stats import wave_noise
+from ..analysis.stats import period, wave_noise
 from ..collectors.nvml import NvmlSampler
 from ..distributed import rank as ddp_rank
 from . import apply, device_clock, extra_steps, lockstep
@@ -84,6 +84,13 @@ class Training:
         self.scaler = apply.grad_scaler(settings, device.type)
         self.loss_fn = self.wl.compute_loss or wl_mod.default_loss
         applied["grad_scaler"] = self.scaler is not None
+        # A framework's loop (a Trainer's gradient accumulation and clipping) steps the optimizer as the user's does;
+        # a plain workload steps it after every batch.
+        rule = self.wl.optimizer_step
+        self.every = rule.every(settings["batch_size"]) if rule else 1
+        self.clip = rule if rule and rule.clip_value is not None else None
+        applied["optimizer_step"] = {"every": self.every,
+                                     "clip": f"{self.clip.clip} {self.clip.clip_value:g}" if self.clip else None}
 
     def _set_up_loader(self, dataset) -> None:
         settings, device, seed = self.settings, self.device, self.spec.seed
@@ -125,14 +132,10 @@ class Training:
         t2 = time.perf_counter()
         with apply.autocast(self.settings, self.device.type):
             loss = self.loss_fn(self.model, batch)
-        if self.scaler is not None:
-            self.scaler.scale(loss).backward()
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        else:
-            loss.backward()
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        scaled = loss / self.every if self.every > 1 else loss  # accumulated gradients average the micro-batches
+        (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
+        if (step + 1) % self.every == 0:
+            self.optimizer_step()
         # The host batch stays referenced until the device has run the step: its pinned pages feed an async copy.
         self.in_flight[step] = (t0, t1, t2, host_batch, record, self.epochs != epoch)
         finished = self.clock.end(step, loss, t0, sync=not record)  # warm-up and extra steps: each over at once
@@ -140,6 +143,20 @@ class Training:
             self.evidence.after_first_step(host_batch, batch, self.loader, self.batches)
         seconds = [self._finished(done) for done in finished]
         return seconds[-1] if seconds else float("nan")
+
+    def optimizer_step(self) -> None:
+        """The optimizer's step over the accumulated gradients, clipped first when the framework clips."""
+        if self.clip is not None:
+            if self.scaler is not None:  # clip the true gradients, not the scaled ones
+                self.scaler.unscale_(self.optimizer)
+            clip = torch.nn.utils.clip_grad_norm_ if self.clip.clip == "norm" else torch.nn.utils.clip_grad_value_
+            clip(self.model.parameters(), self.clip.clip_value)
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
 
     def _finished(self, done: device_clock.Finished) -> float:
         """A step the device has run: its loss checked, its figures kept if it was measured. Returns its seconds."""
@@ -173,13 +190,14 @@ class Training:
         settings, phase, compile_stats = self.settings, self.phase, self.compile_stats
         # Both sides of a lockstep pair import and build at once (mostly Python: hf_transformer's import takes 2 s);
         # the warm-ups, where torch's threads spin, take turns. Starting the loader's workers is part of the warm-up.
-        self.baton.begin(self.epoch_steps)
+        self.baton.begin(self.epoch_steps, self.every)
         self.batches = iter(self.loader)
         phase(f"warm-up: waiting for the first batch ({settings['num_workers']} loader workers)")
         warmup_start = time.perf_counter()
         # Loader workers fill a queue of prefetch_factor batches each before training starts; timing that backlog
         # would credit many workers with a burst no long run sees. Warm-up drains it first.
         warmup_steps = max(self.spec.protocol.warmup_steps, settings["num_workers"] * settings["prefetch_factor"])
+        warmup_steps = _whole(warmup_steps, self.every)  # the measured steps begin an accumulation cycle
         step_s = self.warmup_step_s
         for step in range(warmup_steps):
             if self.compiled and step == 0:
@@ -197,6 +215,8 @@ class Training:
                 phase(f"warm-up step {len(step_s) + 1}: torch.compile may still be compiling")
                 step_s.append(self.step(len(step_s), record=False))
                 quiet = quiet + 1 if compile_stats.graphs() == graphs else 0
+            while len(step_s) % self.every:
+                step_s.append(self.step(len(step_s), record=False))
             warmup_steps = len(step_s)
         extra = self.out["extra"]
         extra["warmup_s"] = time.perf_counter() - warmup_start
@@ -209,7 +229,7 @@ class Training:
     def measure(self) -> None:
         """The timed steps, until the stopping rule says stop (in lockstep: the parent; under DDP: rank 0 for all)."""
         spec, raw, baton, ddp = self.spec, self.out["raw"], self.baton, self.ddp
-        stop = StopRule(spec.protocol, self.settings["num_workers"], self.epoch_steps)
+        stop = StopRule(spec.protocol, self.settings["num_workers"], self.epoch_steps, cycle=self.every)
         self.phase("measuring")
         me = psutil.Process()
         self.gpu_sampler = NvmlSampler(spec.device)  # a sleeping thread; on the CPU or without NVML it notes why
@@ -250,7 +270,8 @@ class Training:
             "cpu_util": self.cpu_used / wall / (psutil.cpu_count() or 1) if wall > 0 else None,
             "epochs_started": self.epochs,
             "torch_threads": torch.get_num_threads(),
-            "noise": wave_noise(raw["step_s"], settings["num_workers"]),
+            "noise": wave_noise(raw["step_s"], period(settings["num_workers"], self.every)),
+            "optimizer_every": self.every,
             "epoch_start_steps": shapes["epoch_start_steps"],
             "epoch_steps": self.epoch_steps,
             "distinct_input_shapes": shapes["distinct_input_shapes"],
@@ -285,6 +306,11 @@ class Training:
         else:
             collectors["profiler"] = "skipped: not a designated probe"
         phase("done")
+
+
+def _whole(steps: int, cycle: int) -> int:
+    """`steps` rounded up to whole cycles."""
+    return -(-steps // cycle) * cycle
 
 
 def _seed(seed: int) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..analysis.stats import wave_noise
+from ..analysis.stats import period, wave_noise
 from .spec import Protocol
 
 MIN_WAVES_AT_CAP = 25  # the measured-step cap is at least this many loader waves
@@ -44,9 +44,9 @@ class EpochWindow:
                 self.target = max(self.target, self._rounded(n, self.epoch_steps, elapsed))
         return n >= self.target or elapsed >= EPOCH_ROUNDING_CAP * self.max_time_s
 
-    def _rounded(self, n: int, period: int, elapsed: float) -> int:
-        """`n` rounded up to whole `period`s if that is projected within the caps (times EPOCH_ROUNDING_CAP)."""
-        whole = -(-n // period) * period
+    def _rounded(self, n: int, unit: int, elapsed: float) -> int:
+        """`n` rounded up to whole `unit`s if that is projected within the caps (times EPOCH_ROUNDING_CAP)."""
+        whole = -(-n // unit) * unit
         fits = (whole <= EPOCH_ROUNDING_CAP * self.max_steps
                 and elapsed * whole / n <= EPOCH_ROUNDING_CAP * self.max_time_s)
         return whole if fits else n
@@ -62,12 +62,13 @@ def step_cap(max_steps: int, workers: int) -> int:
 
 class StopRule:
     """When a free-running child stops measuring: at a cap (steps or time), or once the protocol is met (min steps,
-    min time, wave noise at most the bar), then rounded to whole loader waves or epochs by an EpochWindow."""
+    min time, wave noise at most the bar), then rounded to whole loader waves (and accumulation cycles of `cycle`
+    steps) or epochs by an EpochWindow."""
 
-    def __init__(self, protocol: Protocol, workers: int, epoch_steps: int | None):
-        self.protocol, self.workers = protocol, workers
-        self.max_steps = step_cap(protocol.max_steps, workers)
-        self.window = EpochWindow(epoch_steps, self.max_steps, protocol.max_time_s, wave=workers)
+    def __init__(self, protocol: Protocol, workers: int, epoch_steps: int | None, cycle: int = 1):
+        self.protocol, self.workers = protocol, period(workers, cycle)
+        self.max_steps = step_cap(protocol.max_steps, self.workers)
+        self.window = EpochWindow(epoch_steps, self.max_steps, protocol.max_time_s, wave=self.workers)
 
     def met(self, step_s: Sequence[float], elapsed: float) -> bool:
         """Whether a cap is reached or the protocol met after the steps `step_s`, `elapsed` seconds in."""
