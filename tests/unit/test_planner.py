@@ -977,3 +977,34 @@ def test_a_rejected_confirmation_keeps_the_baseline_and_states_no_speedup():
     # would contradict it), and the note says what the confirmation measured
     assert recommended is base and speedup is None
     assert any(n.startswith("the confirmation measured") and "amp=bf16" in n for n in notes)
+
+
+def test_a_confirmation_whose_rounds_disagree_runs_more_of_them_while_the_budget_allows():
+    import itertools
+
+    from tune_advisor.planner.confirm import CONFIRM_MAX_ROUNDS, CONFIRM_ROUNDS, confirm
+
+    def confirm_rounds(budget_s):
+        # GIVEN a winner 1.5x the baseline whose pairs of fresh processes read ±20% apart from round to round
+        swing = itertools.cycle([0.8, 1.2, 0.9, 1.1])
+        clock = FakeClock()
+        backend = FakeBackend(lambda s: 1000.0 * (1.5 * next(swing) if s["amp"] == "bf16" else 1.0), clock=clock)
+        session = Session(backend, budget_s, clock=clock)
+        base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
+        winner = session.run({**base.settings, "amp": "bf16"}, "knob:amp")
+        _, speedup = confirm(session, base, winner, [])
+        return sum(p.role == "confirm:recommended" for p in session.probes), speedup
+
+    # WHEN nothing limits the time: rounds go on to the cap, the CI still wider than ±5%
+    rounds, speedup = confirm_rounds(None)
+    assert rounds == CONFIRM_MAX_ROUNDS and "8 rounds" in speedup["method"]
+    assert 1.3 < speedup["median"] < 1.7 and speedup["ci_low"] < speedup["median"] < speedup["ci_high"]
+    # WHEN the budget leaves room for fewer rounds (a probe here takes 5 s on the fake clock): as many as fit
+    rounds, _ = confirm_rounds(10.0 + 3 * 2 * 5.0 * 2)
+    assert CONFIRM_ROUNDS <= rounds < CONFIRM_MAX_ROUNDS
+
+
+def test_a_confirmation_whose_rounds_agree_stops_at_three():
+    # rounds within 2% of each other: the CI is within ±5% after three, and no more are run
+    outcome, _ = run_plan(cnn_rate)
+    assert sum(p.role == "confirm:recommended" for p in outcome.probes) == 3
