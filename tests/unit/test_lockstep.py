@@ -27,7 +27,7 @@ from tune_advisor.probe.lockstep import Baton, LockstepError
 paths, step_s, fail_at, report = json.loads(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4]
 baton = Baton(paths, 30)
 try:
-    baton.begin()
+    baton.begin(None, int(sys.argv[6]))
 except LockstepError as exc:
     with open(report, "w") as f:
         json.dump({"error": str(exc)}, f)
@@ -62,14 +62,17 @@ class FakeProbe:
         self.timed_out |= timed_out
 
 
-def conduct(tmp_path: Path, protocol: Protocol, first: int = 0, fail_at=(0, 0), timeout_s: float = 30):
-    """Start two fake children in lockstep and conduct them; returns (why, children, reports, seconds taken)."""
+def conduct(tmp_path: Path, protocol: Protocol, first: int = 0, fail_at=(0, 0), timeout_s: float = 30,
+            cycles=(1, 1)):
+    """Start two fake children in lockstep and conduct them (`cycles`: each side's steps per optimizer step);
+    returns (why, children, reports, seconds taken)."""
     channels, probes = [], []
     for side, name in enumerate("ab"):
         channels.append(lockstep._Channel(tmp_path, name))
         spec = ProbeSpec(id=name, workload="", settings={"num_workers": 0}, protocol=protocol, timeout_s=timeout_s)
         proc = subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(channels[-1].paths), str(STEP_S),
-                                 str(fail_at[side]), str(tmp_path / f"{name}.json"), str(WARM_S)],
+                                 str(fail_at[side]), str(tmp_path / f"{name}.json"), str(WARM_S),
+                                 str(cycles[side])],
                                 start_new_session=True)
         probes.append(FakeProbe(spec, proc))
     pair = lockstep._Pair(probes, channels)
@@ -120,6 +123,15 @@ def test_two_children_take_turns_a_b_b_a_and_stop_together(tmp_path, protocol, s
     (start_1, end_1), (start_2, end_2) = (reports[side]["warm_span"] for side in (a, b))
     assert end_1 - start_1 >= WARM_S and end_2 - start_2 >= WARM_S
     assert end_1 <= start_2 and end_2 <= min(start for start, _ in reports[a]["spans"])
+
+
+def test_a_side_that_accumulates_gradients_makes_the_pair_measure_whole_cycles(tmp_path):
+    # GIVEN a protocol met after 5 pairs, and one side stepping its optimizer every 4 steps (a Trainer accumulating)
+    why, _, reports, _ = conduct(tmp_path, Protocol(min_steps=5, min_time_s=0, max_steps=100, max_time_s=10),
+                                 cycles=(4, 1))
+    # THEN that side's step series repeats every 4 steps, so its noise is judged over 4 whole cycles: 16 steps,
+    # each cycle holding its optimizer step (without the cycle, 5 pairs: test_two_children_take_turns...)
+    assert why == "measured" and reports["a"]["steps"] == reports["b"]["steps"] == 16
 
 
 def test_a_child_that_dies_warming_up_ends_the_pair_and_the_other_never_begins(tmp_path):
