@@ -12,9 +12,10 @@ alike). Prints per fixture:
       re-measure's own 95% CI (Student's t over the rounds): a setting's throughput differs from one process to
       the next (cnn at batch 128 + bf16 read 1,193–1,628 samples/s in six fresh probes, each steady within
       itself), so a gap inside that CI is the re-measure's noise as much as the report's.
-Prints the CPU model and flags first. Takes about 2 x budget + a minute per fixture.
+Prints the CPU model and flags first. Takes twice the time a plan takes to end (most end on their own within
+a few minutes of the default budget) plus a few minutes of re-measures per fixture.
 
-    python benchmarks/reproducibility.py [--budget 3m] [FIXTURE ...]
+    python benchmarks/reproducibility.py [--budget 10m] [FIXTURE ...]
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def width(figure: dict | None) -> str:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("names", nargs="*")
-    parser.add_argument("--budget", default="3m")
+    parser.add_argument("--budget", default=f"{api.DEFAULT_BUDGET_S // 60}m", help="analyze's (default: its own)")
     args = parser.parse_args(argv)
     names = args.names or sorted(p.stem for p in (ROOT / "fixtures").glob("*.py"))
     print(f"CPU: {environment.cpu_model()}; flags: {', '.join(environment.cpu_flags()) or 'none of note'}")
