@@ -8,7 +8,11 @@ images) per second. Prints each round and the median of the rounds' ratios with 
 mean: a fresh process's throughput varies by itself, so a paired ratio is the figure. Prints the CPU model and
 flags first. About 3 minutes on 2 cores.
 
-    python benchmarks/framework_fidelity.py [--rounds 5] [hf_trainer|lightning_module ...]
+--in-process: the same comparison inside this one process, alternating: the framework's loop and the probe's
+training loop (probe/training.py, run here rather than in a child). It tells a gap in the step (what the adapter
+runs per step) from one between processes.
+
+    python benchmarks/framework_fidelity.py [--rounds 5] [--in-process] [hf_trainer|lightning_module ...]
 """
 
 from __future__ import annotations
@@ -100,10 +104,35 @@ def probe_rate(name: str, workdir: Path) -> tuple[float, int]:
     return result.settings["batch_size"] * len(result.step_s) / sum(result.step_s), len(result.step_s)
 
 
+def probe_in_process(name: str) -> tuple[float, int]:
+    """probe/training.py's loop in this process at the file's own settings: samples per second, steps."""
+    from tune_advisor import knobs, workload
+    from tune_advisor.probe import evidence, training
+    from tune_advisor.probe.spec import ProbeSpec, Protocol
+
+    path = ROOT / "fixtures" / f"{name}.py"
+    settings = knobs.full_settings(workload.load(path).baseline)
+    spec = ProbeSpec(id="in-process", workload=str(path), settings=settings, count_flops=False,
+                     protocol=Protocol(warmup_steps=3, min_steps=20, min_time_s=2.0, max_time_s=15.0))
+    out = {"status": "ok", "error": None, "raw": evidence.empty_raw(), "applied": {}, "extra": {}}
+    training.train(spec, lambda phase: None, out)
+    steps = out["raw"]["step_s"]
+    return settings["batch_size"] * len(steps) / sum(steps), len(steps)
+
+
+def measurers(name: str, in_process: bool, workdir: Path):
+    """(probe, framework loop): functions measuring each, in this process or each in a fresh one."""
+    if in_process:
+        loop = hf_loop if FIXTURES[name] == "hf" else lightning_loop
+        return (lambda: probe_in_process(name)), (lambda: loop(name))
+    return (lambda: probe_rate(name, workdir)), (lambda: framework_rate(name))
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help=f"any of {', '.join(FIXTURES)} (default: both)")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--in-process", action="store_true", help="both loops in this one process, alternating")
     parser.add_argument("--loop", help=argparse.SUPPRESS)  # the framework's loop, in this fresh process
     args = parser.parse_args(argv)
     if args.loop:
@@ -113,17 +142,20 @@ def main(argv: list[str]) -> int:
     from tune_advisor.analysis import stats
 
     print(f"CPU: {environment.cpu_model()}; flags: {', '.join(environment.cpu_flags()) or 'none of note'}")
+    print("both loops in this one process, alternating" if args.in_process else
+          "each loop in a fresh process (the probe: tune-advisor's child)")
     workdir = Path(tempfile.mkdtemp(prefix="framework-fidelity-"))
     worst = 0.0
     for name in args.names or FIXTURES:
         ratios = []
+        measure_probe, measure_loop = measurers(name, args.in_process, workdir)
         for i in range(args.rounds):
             if i % 2:
-                probe, steps = probe_rate(name, workdir)
-                loop = framework_rate(name)
+                probe, steps = measure_probe()
+                loop = measure_loop()
             else:
-                loop = framework_rate(name)
-                probe, steps = probe_rate(name, workdir)
+                loop = measure_loop()
+                probe, steps = measure_probe()
             ratios.append(probe / loop["samples_per_s"])
             print(f"{name} round {i + 1}: probe {probe:.1f} samples/s over {steps} steps, framework loop "
                   f"{loop['samples_per_s']:.1f} over {loop['steps']} optimizer steps of {loop['samples_per_step']} "
