@@ -7,7 +7,8 @@ probe (who goes first alternating). Prints each round's rates and ratios, then t
 ratios over that of the ratios alone, with the spread of a setting's rate between fresh processes. Prints the CPU
 model and flags first. About 1 minute a round for cnn, 20 s for tiny_batch_mlp, on 2 cores.
 
-    python benchmarks/lockstep_bias.py [--rounds 4] [CASE ...]      (cases: cnn, tiny_batch_mlp, lstm_collate)
+    python benchmarks/lockstep_bias.py [--rounds 4] [CASE ...]   (cases: cnn, tiny_batch_mlp, lstm_collate,
+                                                                 lstm_collate_256)
 """
 
 from __future__ import annotations
@@ -27,10 +28,12 @@ from tune_advisor.probe.runner import run_probe
 from tune_advisor.probe.spec import ProbeSpec, Protocol
 
 ROOT = Path(__file__).resolve().parents[1]
-CASES = {  # fixture -> the candidate's changes over its BASELINE (what its analyses recommend)
-    "cnn": {"batch_size": 128, "amp": "bf16", "channels_last": True},
-    "tiny_batch_mlp": {"batch_size": 512, "amp": "bf16"},
-    "lstm_collate": {"batch_size": 32, "amp": "bf16"},  # padded batches: its reported speedups read high (issue 20)
+CASES = {  # case -> (fixture, the candidate's changes over its BASELINE: what its analyses recommend)
+    "cnn": ("cnn", {"batch_size": 128, "amp": "bf16", "channels_last": True}),
+    "tiny_batch_mlp": ("tiny_batch_mlp", {"batch_size": 512, "amp": "bf16"}),
+    # padded batches: its reported speedups read high (issue 20); at batch 256 a step is ~10x the baseline's
+    "lstm_collate": ("lstm_collate", {"batch_size": 32, "amp": "bf16"}),
+    "lstm_collate_256": ("lstm_collate", {"batch_size": 256, "amp": "bf16"}),
 }
 
 
@@ -57,10 +60,11 @@ def gmean(values: list[float]) -> float:
 
 
 def case(name: str, rounds: int) -> None:
-    probes = Probes(name, Path(tempfile.mkdtemp(prefix=f"lockstep-bias-{name}-")))
+    fixture, changes = CASES[name]
+    probes = Probes(fixture, Path(tempfile.mkdtemp(prefix=f"lockstep-bias-{name}-")))
     base = dict(probes.info.baseline)
-    cand = {**base, **CASES[name]}
-    print(f"{name}: {knobs.describe(CASES[name])} against the baseline", flush=True)
+    cand = {**base, **changes}
+    print(f"{name}: {fixture}, {knobs.describe(changes)} against the baseline", flush=True)
     paired, alone, rates = [], [], {"baseline": [], "candidate": []}
     for i in range(rounds):
         a, b = probes.pair(base, cand, first=i % 2)

@@ -1008,3 +1008,27 @@ def test_a_confirmation_whose_rounds_agree_stops_at_three():
     # rounds within 2% of each other: the CI is within ±5% after three, and no more are run
     outcome, _ = run_plan(cnn_rate)
     assert sum(p.role == "confirm:recommended" for p in outcome.probes) == 3
+
+
+def test_a_winner_whose_steps_are_far_longer_is_confirmed_one_after_the_other():
+    from tune_advisor.planner.confirm import LOCKSTEP_MAX_STEP_RATIO, confirm, step_ratio
+
+    def confirm_with(batch):
+        # GIVEN a backend that pairs, and a winner 1.5x faster per sample at `batch` (the baseline: 16)
+        clock = FakeClock()
+        backend = FakeBackend(lambda s: 1000.0 * (1.5 if s["batch_size"] > 16 else 1.0), clock=clock, can_pair=True)
+        session = Session(backend, None, clock=clock)
+        base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
+        winner = session.run({**base.settings, "batch_size": batch}, "knob:batch_size")
+        _, speedup = confirm(session, base, winner, [])
+        return step_ratio(base, winner), speedup, backend.pairs
+
+    # WHEN its steps take 10.7x the baseline's (batch 256): lockstep would favour the longer steps
+    ratio, speedup, pairs = confirm_with(256)
+    assert ratio > LOCKSTEP_MAX_STEP_RATIO
+    # THEN the rounds run one after the other, and the method says why
+    assert pairs == [] and speedup["method"].startswith("baseline and recommended measured one after the other")
+    assert "10.7x as long" in speedup["method"] and 1.4 < speedup["median"] < 1.6
+    # WHEN they take 1.3x (batch 32): in lockstep, as every pair that shares a loader
+    ratio, speedup, pairs = confirm_with(32)
+    assert ratio < LOCKSTEP_MAX_STEP_RATIO and len(pairs) >= 3 and "in lockstep" in speedup["method"]

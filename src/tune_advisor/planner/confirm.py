@@ -22,6 +22,12 @@ CONFIRM_MIN_ROUNDS = 2
 # CONFIRM_MAX_ROUNDS: at the default budget most plans end minutes early, and the rounds use that time.
 CONFIRM_MAX_ROUNDS = 8
 CONFIRM_PRECISION = 0.05
+# In a lockstep pair each side's step starts where its partner's left the caches and the core: a cost per step that
+# weighs more on the side with the shorter steps, so a pair whose steps differ a lot reads the longer-step side
+# high. lstm_collate at batch 256 (steps 10.7x the baseline's) read 5.8% faster in lockstep than alone, at batch 32
+# (1.25x) 0.3% slower (benchmarks/lockstep_bias.py; docs/planner.md). Beyond this ratio of median step times the
+# confirmation measures the two one after the other, in alternating order.
+LOCKSTEP_MAX_STEP_RATIO = 3.0
 # Then each of the two once more alone, so that its printed figure rests on separate runs of the kind training sees
 # (a lockstep partner's turns leave the caches cold) and its interval on the drift between them.
 CONFIRM_ALONE = 1
@@ -46,12 +52,13 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
     before it to decide, with a note.
     """
     rounds = []
+    apart = step_ratio(base, winner) > LOCKSTEP_MAX_STEP_RATIO
     for i in range(CONFIRM_MAX_ROUNDS):
         if i >= CONFIRM_MIN_ROUNDS and not _affords_round(session, base, winner):
             break
         if i >= CONFIRM_ROUNDS and _precise(rounds):
             break
-        a, b = session.duel(base, winner, ("confirm:baseline", "confirm:recommended"), first=i % 2)
+        a, b = session.duel(base, winner, ("confirm:baseline", "confirm:recommended"), first=i % 2, apart=apart)
         rounds.append((a, b))
         if not (a.ok and b.ok):
             break
@@ -70,6 +77,9 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
                                                     within=(within_low, within_high), spread=spread)
     how = ("measured together in lockstep, step by step" if lockstep
            else "measured one after the other, in alternating order")
+    if apart:
+        how += (f" (one's steps take {step_ratio(base, winner):.1f}x as long as the other's: side by side in lockstep "
+                "the longer steps would read high)")
     rounds_text = f"{len(finished)} round{'s' if len(finished) != 1 else ''}"
     if len(finished) >= 2 or (spread and spread[1]):
         interval = (f"95% CI of the geometric mean of the {rounds_text}' ratios, Student's t over the rounds (the "
@@ -95,6 +105,14 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
                      "stays recommended")
         return base, None
     return winner, speedup
+
+
+def step_ratio(a: ProbeResult, b: ProbeResult) -> float:
+    """How far apart the two probes' median step times are (>= 1; 1 when either has no step)."""
+    times = [stats.median(p.step_s) for p in (a, b)]
+    if not all(t > 0 for t in times):  # NaN (no step) compares False too
+        return 1.0
+    return max(times) / min(times)
 
 
 def _precise(rounds: list[tuple[ProbeResult, ProbeResult]]) -> bool:

@@ -231,16 +231,19 @@ class Session(Comparisons):
         return reference.peak_memory_bytes * max(1.0, settings["batch_size"] / reference.settings["batch_size"])
 
     def duel(self, reference: ProbeResult, candidate: ProbeResult | dict[str, Any],
-             roles: tuple[str, str] = (DUEL_ROLE, DUEL_ROLE), first: int = 0) -> tuple[ProbeResult, ProbeResult]:
+             roles: tuple[str, str] = (DUEL_ROLE, DUEL_ROLE), first: int = 0,
+             apart: bool = False) -> tuple[ProbeResult, ProbeResult]:
         """Measure both settings again (`candidate`: a probe, or settings not yet measured), together in
         lockstep, step by step (`backend.pair`: probe/lockstep.py), so both see the same moments of the
-        machine; one after the other where the backend cannot pair them (`_can_pair`). `first` is the side that
-        moves (or runs) first. Returns the new (reference, candidate) results."""
+        machine; one after the other where the backend cannot pair them (`_can_pair`) or the caller says so
+        (`apart`). `first` is the side that moves (or runs) first. Returns the new (reference, candidate)
+        results."""
         if isinstance(candidate, ProbeResult):
             paired = self._can_pair(reference, candidate.settings, candidate.peak_memory_bytes)
             candidate = candidate.settings
         else:
             paired = self._can_pair(reference, candidate, self.estimated_peak(candidate, reference))
+        paired = paired and not apart
         reference = reference.settings
         if not paired:  # in turn, each recorded as it finishes (a resumed run replays them in this order)
             sides = (reference, candidate)

@@ -66,16 +66,16 @@ class StopRule:
     steps) or epochs by an EpochWindow."""
 
     def __init__(self, protocol: Protocol, workers: int, epoch_steps: int | None, cycle: int = 1):
-        self.protocol, self.workers = protocol, period(workers, cycle)
-        self.max_steps = step_cap(protocol.max_steps, self.workers)
-        self.window = EpochWindow(epoch_steps, self.max_steps, protocol.max_time_s, wave=self.workers)
+        self.protocol, self.period = protocol, period(workers, cycle)  # the steps after which the series repeats
+        self.max_steps = step_cap(protocol.max_steps, workers)
+        self.window = EpochWindow(epoch_steps, self.max_steps, protocol.max_time_s, wave=self.period)
 
     def met(self, step_s: Sequence[float], elapsed: float) -> bool:
         """Whether a cap is reached or the protocol met after the steps `step_s`, `elapsed` seconds in."""
         n, proto = len(step_s), self.protocol
         return n >= self.max_steps or elapsed >= proto.max_time_s or (
             n >= proto.min_steps and elapsed >= proto.min_time_s
-            and wave_noise(step_s, self.workers) <= proto.noise_bar)
+            and wave_noise(step_s, self.period) <= proto.noise_bar)
 
     def done(self, step_s: Sequence[float], elapsed: float) -> bool:
         """Whether to stop after the measured steps `step_s`, `elapsed` seconds after the first began."""
