@@ -1032,3 +1032,17 @@ def test_a_winner_whose_steps_are_far_longer_is_confirmed_one_after_the_other():
     # WHEN they take 1.3x (batch 32): in lockstep, as every pair that shares a loader
     ratio, speedup, pairs = confirm_with(32)
     assert ratio < LOCKSTEP_MAX_STEP_RATIO and len(pairs) >= 3 and "in lockstep" in speedup["method"]
+
+
+def test_a_loader_change_is_confirmed_in_turn_without_blaming_the_step_times():
+    from tune_advisor.planner.confirm import confirm
+
+    # GIVEN a winner with 8 loader workers, far faster per step than the baseline that waits for every batch
+    clock = FakeClock()
+    backend = FakeBackend(lambda s: 1000.0 * (20 if s["num_workers"] else 1), clock=clock, can_pair=True)
+    session = Session(backend, None, clock=clock)
+    base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
+    winner = session.run({**base.settings, "num_workers": 8}, "knob:num_workers")
+    _, speedup = confirm(session, base, winner, [])
+    # THEN it runs in turn for its loader, and the method does not give the step times as the reason
+    assert backend.pairs == [] and "one after the other" in speedup["method"] and "as long as" not in speedup["method"]

@@ -9,7 +9,7 @@ from .. import knobs
 from ..analysis import stats
 from ..probe.result import ProbeResult
 from .compare import pair_ratio, plain_wall, window_rate
-from .keep import MIN_GAIN
+from .keep import MIN_GAIN, together
 
 # Baseline and winner measured together in lockstep, three rounds (the first mover alternates): the speedup's CI
 # uses Student's t over the rounds, and two rounds leave one degree of freedom (t = 12.7). A third round is run
@@ -52,7 +52,10 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
     before it to decide, with a note.
     """
     rounds = []
-    apart = step_ratio(base, winner) > LOCKSTEP_MAX_STEP_RATIO
+    # Only where they would otherwise pair: a different loader runs them in turn anyway (and makes the median step
+    # of a loader-fed side meaningless: most of its steps find their batch ready).
+    apart = (session.backend.can_pair and together(base.settings, winner.settings)
+             and step_ratio(base, winner) > LOCKSTEP_MAX_STEP_RATIO)
     for i in range(CONFIRM_MAX_ROUNDS):
         if i >= CONFIRM_MIN_ROUNDS and not _affords_round(session, base, winner):
             break
