@@ -30,10 +30,6 @@ class OptimizerStep:
         recommendation writes them (`accumulation`)."""
         return accumulation(self.batch_size, self.accumulate, batch_size)[0]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"batch_size": self.batch_size, "accumulate": self.accumulate, "clip_value": self.clip_value,
-                "clip": self.clip}
-
 
 @dataclass
 class Adapted:
