@@ -242,7 +242,7 @@ def _verdict(baseline, recommended, changes, probes, speedup) -> str:
         return "Keep your settings: no change beat the baseline by more than the measured noise."
     if speedup and as_num(speedup.get("median")) is not None:
         return (f"Change {knobs.describe(changes)}: {fmt_speedup(speedup)} faster, confirmed by measuring "
-                "baseline and recommended again side by side.")
+                "baseline and recommended again, in paired rounds.")
     return f"Change {knobs.describe(changes)} (not confirmed by measuring it again beside the baseline)."
 
 
