@@ -1029,6 +1029,9 @@ def test_a_winner_whose_steps_are_far_longer_is_confirmed_one_after_the_other():
     # THEN the rounds run one after the other, and the method says why
     assert pairs == [] and speedup["method"].startswith("baseline and recommended measured one after the other")
     assert "10.7x as long" in speedup["method"] and 1.4 < speedup["median"] < 1.6
+    # WHEN they take 1.7x (batch 40), where lockstep already read a batch change 5% high: one after the other too
+    ratio, speedup, pairs = confirm_with(40)
+    assert ratio > LOCKSTEP_MAX_STEP_RATIO and pairs == [] and "1.7x as long" in speedup["method"]
     # WHEN they take 1.3x (batch 32): in lockstep, as every pair that shares a loader
     ratio, speedup, pairs = confirm_with(32)
     assert ratio < LOCKSTEP_MAX_STEP_RATIO and len(pairs) >= 3 and "in lockstep" in speedup["method"]
