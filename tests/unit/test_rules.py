@@ -243,3 +243,18 @@ def test_ta504_quotes_the_ablations_figure_for_the_compile_mode_it_measured(medi
     # THEN TA504 states that figure (one comparison, one figure), not its own from separate probes (0.30x here)
     found = {f["code"]: f for f in evaluate(doc)}["TA504"]
     assert says in found["message"] and found["gain"]["speedup"]["median"] == median
+
+
+def test_ta504_claims_no_speedup_for_a_compile_that_compiled_no_graph():
+    # GIVEN a compile probe that read 1.12x over its eager twin, though dynamo compiled no graph (an LSTM)
+    doc = load("compile_varlen")
+    probe = next(p for p in doc["probes"] if p["settings"]["compile"] == "default")
+    probe["extra"]["compile"].update(graphs=0, unsupported=["Attempted to wrap RNN, GRU, or LSTM"])
+    doc["plan"] = {"ablation": [{"knob": "compile", "value": "default", "without": "off", "probes": ["p009", "p010"],
+                                 "contribution": {"median": 1.12, "ci_low": 1.08, "ci_high": 1.16},
+                                 "kept": True, "method": "in lockstep"}]}
+    found = {f["code"]: f for f in evaluate(doc)}["TA504"]
+    # THEN it says the model ran eagerly, advises nothing and claims no measured gain
+    assert "compiled no graph (Attempted to wrap RNN, GRU, or LSTM), so the model ran eagerly" in found["message"]
+    assert "leave it off" in found["message"] and found["fix"]["settings"] == {}
+    assert found["gain"]["measured"] is False

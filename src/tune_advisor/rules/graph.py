@@ -161,7 +161,8 @@ def compile_break_even(ctx: Context) -> Finding | None:
         first-ever compile of the model takes longer). If dynamo still recompiled inside the timed steps, no
         speed or break-even is claimed. The per-step
         saving is the difference of the two probes' median step times; break-even = compile time / saving.
-        The speed-up is the throughput ratio with its bootstrap CI.
+        The speed-up is the throughput ratio with its bootstrap CI. A compile that compiled no graph (dynamo
+        gave up on the model, e.g. an LSTM) ran eagerly: no speed-up is claimed, whatever the two probes read.
 
     Fix:
         When the break-even is well inside your training run, compile the model; otherwise leave it off.
@@ -201,6 +202,13 @@ def compile_break_even(ctx: Context) -> Finding | None:
                         "unsupported": stats.get("unsupported") or [],
                         "recompiles": (stats.get("recompiles_warmup") or 0) + (stats.get("recompiles_measured") or 0),
                         "step_s_off": round(off.step_median, 6), "step_s_on": round(on.step_median, 6)}
+            if stats.get("graphs") == 0:  # dynamo compiled nothing: both probes ran the same eager model
+                why = f" ({stats['unsupported'][0]})" if stats.get("unsupported") else ""
+                message = (f"torch.compile ({mode}) compiled no graph{why}, so the model ran eagerly{where}: the "
+                           f"{gain.text()} between the two probes is their processes' spread, not compile's; leave "
+                           "it off")
+                return Finding(message, evidence, {}, snippets.compile_model(mode),
+                               Gain.estimated(None, "it compiled no graph"), off.ids + on.ids)
             if gain.significant and saving > 0:
                 steps = compile_s / saving
                 evidence["break_even_steps"] = round(steps)
@@ -211,8 +219,6 @@ def compile_break_even(ctx: Context) -> Finding | None:
             else:
                 message = (f"torch.compile ({mode}) did not train faster{where}: {gain.text()} after "
                            f"{compile_s:.1f} s of compiling; leave it off")
-                if not stats.get("graphs") and stats.get("unsupported"):
-                    message += f" (it compiled no graph: {stats['unsupported'][0]})"
                 settings = {}
             return Finding(message, evidence, settings, snippets.compile_model(mode), gain, off.ids + on.ids)
     return None
