@@ -4,10 +4,10 @@ For every fixture, in one run:
   1. `--strategy grid`: every combination of the fixture's SEARCH (no budget), confirmation included;
   2. the adaptive planner, twice, exploring the same knobs as the grid (`--knobs` = the fixture's SEARCH names);
      the second run checks that it recommends the same settings, or settings within noise of them;
-  3. the grid's fastest configuration against the planner's recommendation (and the first run's against the
-     second's): ROUNDS pairs measured together in lockstep (probe/lockstep.py; who moves first, and which zygote
-     slot each side takes, alternate), or ROUNDS_IN_TURN rounds one after the other (G P, P G, ...) when their
-     loaders differ, which lockstep cannot compare fairly. regret = 1 - planner/grid: the median of the rounds'
+  3. the grid's fastest configuration (of those whose loss matches float32's: `fastest`) against the planner's
+     recommendation (and the first run's against the second's): ROUNDS pairs measured together in lockstep
+     (probe/lockstep.py; who moves first, and which zygote slot each side takes, alternate), or ROUNDS_IN_TURN
+     rounds one after the other (G P, P G, ...) when their loaders differ, which lockstep cannot compare fairly. regret = 1 - planner/grid: the median of the rounds'
      ratios, with their range. Identical settings are not measured: their ratio is 1.
 Cost = the planner's wall time over the grid's (each a whole `analyze`: inspection, probes, confirmation).
 
@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from tune_advisor import api, environment, knobs, results
+from tune_advisor.analysis import parity
 from tune_advisor.errors import UsageError
 from tune_advisor.planner.compare import pair_ratio
 from tune_advisor.planner.keep import together
@@ -51,7 +52,23 @@ REMEASURE = Protocol(warmup_steps=3, min_steps=20, min_time_s=2.0, max_time_s=15
 
 
 def fastest(probes: list[ProbeResult]) -> ProbeResult:
-    return max((p for p in probes if p.ok), key=lambda p: p.throughput_median)
+    """The grid's fastest configuration among those it may recommend: not one whose numeric knobs (AMP, compile,
+    matmul precision) changed the loss against float32 at the same settings (analysis/parity.py). As the planner
+    does (planner/base.py), a value barred alone is barred in every combination."""
+    ok = [p for p in probes if p.ok]
+    barred = set()
+    for p in ok:
+        changes = tuple(sorted(parity.numeric_changes(p.settings).items()))
+        reference = next((q for q in ok if q.settings == parity.reference_settings(p.settings)), None)
+        found = parity.compare_probes(reference, p) if changes and reference is not None else None
+        if found is not None and not found.ok:
+            barred.add(changes)
+
+    def allowed(p: ProbeResult) -> bool:
+        changes = tuple(sorted(parity.numeric_changes(p.settings).items()))
+        return changes not in barred and not any((item,) in barred for item in changes)
+
+    return max((p for p in ok if allowed(p)), key=lambda p: p.throughput_median)
 
 
 def saved_run(folder: Path, strategy: str) -> api.Analysis | None:
