@@ -8,7 +8,8 @@ For every fixture, in one run:
      recommendation (and the first run's against the second's): ROUNDS pairs measured together in lockstep
      (probe/lockstep.py; who moves first, and which zygote slot each side takes, alternate), or ROUNDS_IN_TURN
      rounds one after the other (G P, P G, ...) when their loaders differ, which lockstep cannot compare fairly.
-     regret = 1 - planner/grid: the median of the rounds' ratios, with their range. Identical settings are not measured: their ratio is 1.
+     regret = 1 - planner/grid: the median of the rounds' ratios, with their range. Identical settings are not
+     measured: their ratio is 1.
 Cost = the planner's wall time over the grid's (each a whole `analyze`: inspection, probes, confirmation).
 
     python benchmarks/search_quality.py [FIXTURE.py ...] [--out DIR] [--budget 3m]
