@@ -57,19 +57,14 @@ def fastest(probes: list[ProbeResult]) -> ProbeResult:
     matmul precision) changed the loss against float32 at the same settings (analysis/parity.py). As the planner
     does (planner/base.py), a value barred alone is barred in every combination."""
     ok = [p for p in probes if p.ok]
-    barred = set()
+    changed = {}
     for p in ok:
         changes = tuple(sorted(parity.numeric_changes(p.settings).items()))
         reference = next((q for q in ok if q.settings == parity.reference_settings(p.settings)), None)
         found = parity.compare_probes(reference, p) if changes and reference is not None else None
         if found is not None and not found.ok:
-            barred.add(changes)
-
-    def allowed(p: ProbeResult) -> bool:
-        changes = tuple(sorted(parity.numeric_changes(p.settings).items()))
-        return changes not in barred and not any((item,) in barred for item in changes)
-
-    return max((p for p in ok if allowed(p)), key=lambda p: p.throughput_median)
+            changed[changes] = p.id
+    return max((p for p in ok if parity.barred(p.settings, changed) is None), key=lambda p: p.throughput_median)
 
 
 def saved_run(folder: Path, strategy: str) -> api.Analysis | None:

@@ -178,3 +178,15 @@ def test_a_ddp_job_keeps_the_ranks_global_steps():
 
     merged = merge([rank(1), rank(0)])
     assert merged["raw"]["loss"] == [1.5] * 3 and merged["raw"]["loss_step"] == [4, 5, 6]
+
+
+def test_a_value_barred_alone_is_barred_in_every_combination():
+    from tune_advisor.analysis.parity import barred
+
+    changed = {(("amp", "bf16"),): "bf16 changed the loss", (("compile", "default"), ("matmul_precision", "medium")):
+               "that pair changed the loss"}
+    base = {"batch_size": 64, "amp": "off", "compile": "off", "matmul_precision": "highest"}
+    assert barred({**base, "amp": "bf16", "compile": "default"}, changed) == "bf16 changed the loss"
+    assert barred({**base, "compile": "default", "matmul_precision": "medium"}, changed) == "that pair changed the loss"
+    assert barred({**base, "compile": "default"}, changed) is None  # only its pair was barred, not the value alone
+    assert barred(base, changed) is None

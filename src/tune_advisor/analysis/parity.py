@@ -45,6 +45,15 @@ def numeric_changes(settings: Mapping[str, Any]) -> dict[str, Any]:
     return {k: settings[k] for k, v in NUMERIC_KNOBS.items() if k in settings and settings[k] != v}
 
 
+def barred(settings: Mapping[str, Any], changed: Mapping[tuple, Any]) -> Any:
+    """What `changed` (numeric knob values found to change the loss, as sorted (knob, value) tuples) holds against
+    these settings, or None: their own combination, or any one of their values, since a value barred alone is
+    barred in every combination."""
+    changes = tuple(sorted(numeric_changes(settings).items()))
+    alone = next((changed[(item,)] for item in changes if (item,) in changed), None)
+    return alone if alone is not None else changed.get(changes)
+
+
 def losses_by_step(probe: Any) -> tuple[list[float | None], list[int] | None]:
     """(losses, their global steps) of a probe: a results.json PROBE dict or a ProbeResult.
 

@@ -75,10 +75,7 @@ class Planner:
             if found is not None and not found.ok:
                 self.loss_changed[key] = parity.describe(changes, found) + f" ({reference.id} vs {result.id})"
                 self.notes.append(self.loss_changed[key] + ": not recommended, whatever its speed")
-        for item in changes.items():  # a single knob value barred also bars it in combination
-            if (item,) in self.loss_changed:
-                return self.loss_changed[(item,)]
-        return self.loss_changed.get(key)
+        return parity.barred(result.settings, self.loss_changed)
 
     def run(self) -> Outcome:
         base = self.session.run(self.ctx.baseline, "baseline")
