@@ -270,6 +270,16 @@ def test_grid_skips_combinations_that_do_not_apply():
     assert len([p for p in outcome.probes if p.status is Status.SKIPPED]) == 2
 
 
+def test_grid_runs_combinations_that_keep_an_inapplicable_baseline_value():
+    # A Hugging Face Trainer's baseline carries dataloader_pin_memory=True, which does nothing on a CPU: the baseline
+    # ran with it, so the grid's combinations that keep it run too (they were all skipped before).
+    outcome, backend = run_plan(cnn_rate, search={"batch_size": [16, 32], "num_workers": [0, 1]}, strategy="grid",
+                                baseline={"batch_size": 16, "pin_memory": True})
+    assert not [p for p in outcome.probes if p.status is Status.SKIPPED]
+    assert {(c["batch_size"], c["num_workers"]) for c in backend.calls} == {(16, 0), (16, 1), (32, 0), (32, 1)}
+    assert all(c["pin_memory"] for c in backend.calls)
+
+
 def test_grid_combinations_keep_unsearched_knobs_at_their_baseline():
     ctx = PlanContext(baseline=knobs.full_settings({"batch_size": 8, "num_workers": 2}),
                       search={"batch_size": [8, 16]}, workload=MLP, device=CPU)

@@ -20,7 +20,12 @@ def combinations(ctx: PlanContext) -> list[dict[str, Any]]:
 
 
 def not_applicable(ctx: PlanContext, settings: dict[str, Any]) -> str | None:
+    """Why a combination cannot run here: a value SEARCH gives it that does not apply. A knob at the baseline's own
+    value is never the reason (a Trainer's default dataloader_pin_memory=True on a CPU): the baseline ran with it,
+    and a probe applies such a value only where it can (probe/apply.py), as the adaptive planner assumes."""
     for name, value in settings.items():
+        if value == ctx.baseline.get(name):
+            continue
         reason = knobs.not_applicable(name, value, ctx.workload, ctx.device, settings)
         if reason:
             return f"{knobs.describe({name: value})}: {reason}"
