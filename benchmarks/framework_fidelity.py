@@ -12,7 +12,11 @@ flags first. About 3 minutes on 2 cores.
 training loop (probe/training.py, run here rather than in a child). It tells a gap in the step (what the adapter
 runs per step) from one between processes.
 
-    python benchmarks/framework_fidelity.py [--rounds 5] [--in-process] [hf_trainer|lightning_module ...]
+--fresh-loop: the probe's training loop (as --in-process) in a fresh process of its own, against the framework's loop
+in another: no tune-advisor child, runner or zygote. It tells a gap from the child's process from one that any fresh
+process shows.
+
+    python benchmarks/framework_fidelity.py [--rounds 5] [--in-process | --fresh-loop] [hf_trainer|lightning_module ...]
 """
 
 from __future__ import annotations
@@ -86,8 +90,9 @@ def lightning_loop(name: str) -> dict:
             "samples_per_step": sizes[-1] * accumulate}
 
 
-def framework_rate(name: str) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--loop", name], capture_output=True, text=True, check=True)
+def framework_rate(name: str, mode: str = "--loop") -> dict:
+    """`mode` --loop: the framework's loop in a fresh process; --probe-loop: the probe's training loop in one."""
+    out = subprocess.run([sys.executable, __file__, mode, name], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -120,11 +125,17 @@ def probe_in_process(name: str) -> tuple[float, int]:
     return settings["batch_size"] * len(steps) / sum(steps), len(steps)
 
 
-def measurers(name: str, in_process: bool, workdir: Path):
-    """(probe, framework loop): functions measuring each, in this process or each in a fresh one."""
-    if in_process:
+def measurers(name: str, where: str, workdir: Path):
+    """(probe, framework loop): functions measuring each. `where`: "in-process" (both here), "fresh-loop" (each
+    in a fresh process, the probe's loop without its child) or "child" (the probe a tune-advisor child)."""
+    if where == "in-process":
         loop = hf_loop if FIXTURES[name] == "hf" else lightning_loop
         return (lambda: probe_in_process(name)), (lambda: loop(name))
+    if where == "fresh-loop":
+        def fresh_probe() -> tuple[float, int]:
+            got = framework_rate(name, "--probe-loop")
+            return got["samples_per_s"], got["steps"]
+        return fresh_probe, (lambda: framework_rate(name))
     return (lambda: probe_rate(name, workdir)), (lambda: framework_rate(name))
 
 
@@ -132,23 +143,33 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help=f"any of {', '.join(FIXTURES)} (default: both)")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--in-process", action="store_true", help="both loops in this one process, alternating")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--in-process", action="store_true", help="both loops in this one process, alternating")
+    where.add_argument("--fresh-loop", action="store_true",
+                       help="the probe's training loop in a fresh process, not a tune-advisor child")
     parser.add_argument("--loop", help=argparse.SUPPRESS)  # the framework's loop, in this fresh process
+    parser.add_argument("--probe-loop", help=argparse.SUPPRESS)  # the probe's training loop, in this fresh process
     args = parser.parse_args(argv)
     if args.loop:
         print(json.dumps((hf_loop if FIXTURES[args.loop] == "hf" else lightning_loop)(args.loop)))
         return 0
+    if args.probe_loop:
+        rate, steps = probe_in_process(args.probe_loop)
+        print(json.dumps({"samples_per_s": rate, "steps": steps}))
+        return 0
+    where = "in-process" if args.in_process else "fresh-loop" if args.fresh_loop else "child"
     from tune_advisor import environment
     from tune_advisor.analysis import stats
 
     print(f"CPU: {environment.cpu_model()}; flags: {', '.join(environment.cpu_flags()) or 'none of note'}")
-    print("both loops in this one process, alternating" if args.in_process else
-          "each loop in a fresh process (the probe: tune-advisor's child)")
+    print({"in-process": "both loops in this one process, alternating",
+           "fresh-loop": "each loop in a fresh process (the probe: its training loop, no tune-advisor child)",
+           "child": "each loop in a fresh process (the probe: tune-advisor's child)"}[where])
     workdir = Path(tempfile.mkdtemp(prefix="framework-fidelity-"))
     worst = 0.0
     for name in args.names or FIXTURES:
         ratios = []
-        measure_probe, measure_loop = measurers(name, args.in_process, workdir)
+        measure_probe, measure_loop = measurers(name, where, workdir)
         for i in range(args.rounds):
             if i % 2:
                 probe, steps = measure_probe()
