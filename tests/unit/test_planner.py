@@ -1059,3 +1059,15 @@ def test_a_loader_change_is_confirmed_in_turn_without_blaming_the_step_times():
     _, speedup = confirm(session, base, winner, [])
     # THEN it runs in turn for its loader, and the method does not give the step times as the reason
     assert backend.pairs == [] and "one after the other" in speedup["method"] and "as long as" not in speedup["method"]
+
+
+def test_a_ladder_stopped_by_the_budget_says_stopped_once():
+    from tune_advisor.planner.adaptive import AdaptivePlanner
+
+    ctx = PlanContext(baseline=knobs.full_settings({"batch_size": 16}), search={}, workload=MLP, device=CPU)
+    planner = AdaptivePlanner(ctx, Session(FakeBackend(lambda s: 1000.0), clock=FakeClock()))
+    stopped = ProbeResult("p029", {"batch_size": 128}, Status.STOPPED,
+                          error="stopped: the analysis budget (--budget) ran out 10.2 s into it")
+    assert planner._failure(stopped) == "stopped: the analysis budget (--budget) ran out 10.2 s into it"
+    assert planner._failure(ProbeResult("p030", {"batch_size": 256}, Status.OOM, error="CUDA out of memory")) == \
+        "oom: CUDA out of memory"

@@ -388,7 +388,10 @@ class AdaptivePlanner(Planner):
         if result.ok:
             return (f"peak memory {result.peak_memory_bytes / 2**30:.2f} GiB is over the memory budget of "
                     f"{self.ctx.memory_budget_bytes / 2**30:.2f} GiB")
-        return f"{result.status.value}" + (f": {result.error}" if result.error else "")
+        status = result.status.value
+        if result.error and result.error.startswith(f"{status}:"):  # a budget stop's error says "stopped: ..."
+            return result.error
+        return status + (f": {result.error}" if result.error else "")
 
     def _set_frontier(self, last_ok: ProbeResult, failed_batch: int, cause: str, still_gaining: bool,
                       last_step_gain: float | None) -> None:
