@@ -14,9 +14,10 @@ runs per step) from one between processes.
 
 --fresh-loop: the probe's training loop (as --in-process) in a fresh process of its own, against the framework's loop
 in another: no tune-advisor child, runner or zygote. It tells a gap from the child's process from one that any fresh
-process shows.
+process shows. --three-way: all three in each round (the child, the loop in a fresh process, the framework's loop),
+their order rotating, so that the two probes are compared in the same moments of the machine.
 
-    python benchmarks/framework_fidelity.py [--rounds 5] [--in-process | --fresh-loop] [hf_trainer|lightning_module ...]
+    python benchmarks/framework_fidelity.py [--rounds 5] [--in-process | --fresh-loop | --three-way] [NAME ...]
 """
 
 from __future__ import annotations
@@ -139,6 +140,31 @@ def measurers(name: str, where: str, workdir: Path):
     return (lambda: probe_rate(name, workdir)), (lambda: framework_rate(name))
 
 
+def three_way(name: str, rounds: int, workdir: Path) -> float:
+    """Each round measures the probe as a child, the probe's loop in a fresh process and the framework's loop, in
+    an order rotating by one each round. Prints the ratios of each round and their medians with 95% CIs; returns
+    child / framework loop."""
+    from tune_advisor.analysis import stats
+
+    child, _ = measurers(name, "child", workdir)
+    fresh, loop = measurers(name, "fresh-loop", workdir)
+    measure = {"child": lambda: child()[0], "fresh loop": lambda: fresh()[0],
+               "framework": lambda: loop()["samples_per_s"]}
+    pairs = {("child", "fresh loop"): [], ("fresh loop", "framework"): [], ("child", "framework"): []}
+    names = list(measure)
+    for i in range(rounds):
+        order = names[i % 3:] + names[:i % 3]
+        got = {n: measure[n]() for n in order}
+        for (a, b), ratios in pairs.items():
+            ratios.append(got[a] / got[b])
+        print(f"{name} round {i + 1} ({', '.join(order)}): " + ", ".join(f"{n} {got[n]:.1f}" for n in names)
+              + " samples/s; " + ", ".join(f"{a} / {b} {r[-1]:.3f}" for (a, b), r in pairs.items()), flush=True)
+    for (a, b), ratios in pairs.items():
+        ratio, low, high = stats.rounds_ratio_interval(ratios)
+        print(f"{name}: {a} / {b} {ratio:.3f}, 95% CI [{low:.3f}, {high:.3f}] over {rounds} rounds", flush=True)
+    return stats.rounds_ratio_interval(pairs[("child", "framework")])[0]
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help=f"any of {', '.join(FIXTURES)} (default: both)")
@@ -147,6 +173,8 @@ def main(argv: list[str]) -> int:
     where.add_argument("--in-process", action="store_true", help="both loops in this one process, alternating")
     where.add_argument("--fresh-loop", action="store_true",
                        help="the probe's training loop in a fresh process, not a tune-advisor child")
+    where.add_argument("--three-way", action="store_true",
+                       help="the child, the fresh-process loop and the framework's loop in each round")
     parser.add_argument("--loop", help=argparse.SUPPRESS)  # the framework's loop, in this fresh process
     parser.add_argument("--probe-loop", help=argparse.SUPPRESS)  # the probe's training loop, in this fresh process
     args = parser.parse_args(argv)
@@ -157,16 +185,23 @@ def main(argv: list[str]) -> int:
         rate, steps = probe_in_process(args.probe_loop)
         print(json.dumps({"samples_per_s": rate, "steps": steps}))
         return 0
-    where = "in-process" if args.in_process else "fresh-loop" if args.fresh_loop else "child"
+    where = ("in-process" if args.in_process else "fresh-loop" if args.fresh_loop else
+             "three-way" if args.three_way else "child")
     from tune_advisor import environment
     from tune_advisor.analysis import stats
 
     print(f"CPU: {environment.cpu_model()}; flags: {', '.join(environment.cpu_flags()) or 'none of note'}")
     print({"in-process": "both loops in this one process, alternating",
            "fresh-loop": "each loop in a fresh process (the probe: its training loop, no tune-advisor child)",
-           "child": "each loop in a fresh process (the probe: tune-advisor's child)"}[where])
+           "child": "each loop in a fresh process (the probe: tune-advisor's child)",
+           "three-way": "the probe as a child, its loop in a fresh process, the framework's loop: each round all three"}
+          [where])
     workdir = Path(tempfile.mkdtemp(prefix="framework-fidelity-"))
     worst = 0.0
+    if where == "three-way":
+        for name in args.names or FIXTURES:
+            worst = max(worst, abs(three_way(name, args.rounds, workdir) - 1))
+        return 0 if worst <= 0.05 else 1
     for name in args.names or FIXTURES:
         ratios = []
         measure_probe, measure_loop = measurers(name, where, workdir)
