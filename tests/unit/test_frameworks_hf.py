@@ -1,6 +1,7 @@
 """The Hugging Face Trainer adapter: the baseline read from TrainingArguments, the recommendation written back as
 the fields to change, and every way a build_trainer() file can be wrong (exit 2, the file and the fix named)."""
 
+import math
 import sys
 import textwrap
 from types import SimpleNamespace
@@ -48,10 +49,25 @@ def test_the_fixture_loads_as_a_trainer_workload():
                            "optimizer_impl": "default"}
     batch = wl.collate_fn([dataset[0], dataset[1]])
     assert wl.item_name == "tokens" and wl.count_items(batch) == int(batch["attention_mask"].sum())
-    # AND the loss is the Trainer's: the model's own output loss
+    # AND the loss is the Trainer's: the model's own output loss, computed in train mode as trainer.train() does
     torch.manual_seed(0)
     model.eval()
-    assert torch.allclose(wl.compute_loss(model, batch), model(**batch).loss)
+    loss = wl.compute_loss(model, batch)
+    assert model.training and torch.allclose(loss, model(**batch).loss)  # the fixture has no dropout
+
+
+def test_each_micro_batch_pays_the_trainers_own_per_step_work():
+    # GIVEN the fixture's Trainer handed over as build_trainer() returns it
+    module = __import__("runpy").run_path(str(FIXTURES / "hf_trainer.py"))
+    trainer = module["build_trainer"]()
+    adapted = hf.adapt(SimpleNamespace(build_trainer=lambda: trainer), "hf_trainer.py", lambda label, f: f())
+    batch = adapted.collate_fn([adapted.build_dataset()[i] for i in range(2)])
+    # WHEN a probe computes one micro-batch's loss
+    trainer.model.eval()
+    adapted.compute_loss(trainer.model, batch)
+    # THEN the Trainer's per-micro-batch work ran with it: train mode and the FLOP count trainer.train() logs
+    assert trainer.model.training
+    assert trainer.current_flos == trainer.floating_point_ops(batch) > 0
 
 
 def test_the_trainers_optimizer_groups_follow_its_weight_decay():
@@ -106,8 +122,12 @@ def test_the_probe_steps_the_optimizer_as_the_trainer_does():
     assert rule == frameworks.OptimizerStep(batch_size=8, accumulate=4, clip_value=1.0, clip="norm")
     # a probe at another batch accumulates what keeps the effective batch of 32, as the recommendation writes it
     assert [rule.every(b) for b in (8, 16, 32, 64)] == [4, 2, 1, 1]
-    # max_grad_norm 0 (or None) turns clipping off, as in the Trainer
-    assert hf.optimizer_step(args(max_grad_norm=0)).clip_value is None
+    # max_grad_norm 0 turns clipping off, but the Trainer still computes the norm for its log: an infinite bound
+    assert hf.optimizer_step(args(max_grad_norm=0)).clip_value == math.inf
+    grads = [torch.nn.Parameter(torch.ones(3))]
+    grads[0].grad = torch.full((3,), 4.0)
+    assert float(torch.nn.utils.clip_grad_norm_(grads, math.inf)) == pytest.approx(48 ** 0.5)
+    assert grads[0].grad.tolist() == [4.0, 4.0, 4.0]  # computed, not clipped
     assert hf.optimizer_step(args(max_grad_norm=None, gradient_accumulation_steps=2)).accumulate == 2
 
 

@@ -8,6 +8,7 @@ table between knobs and fields). transformers is imported only when such a file 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, Callable
 
@@ -132,8 +133,20 @@ def adapt(module: Any, shown: str, call: Callable):
         trainer.optimizer = None  # a fresh one per call, as TrainingArguments' optim and weight decay say
         return trainer.create_optimizer()
 
+    import torch  # here: the recommendation's renderers import this module without training anything
+
+    nan_filter = bool(getattr(args, "logging_nan_inf_filter", False))
+
     def compute_loss(model, batch):
-        return trainer.compute_loss(model, batch)
+        # What trainer.train() does for every micro-batch besides the loss itself, so that a probe's step costs
+        # what the user's does (2-3% of a small model's step on CPU): train mode, the FLOP count it logs, the
+        # finiteness check of the loss it logs (a device sync on a GPU, as there).
+        model.train()
+        loss = trainer.compute_loss(model, batch)
+        trainer.current_flos += float(trainer.floating_point_ops(batch))
+        if nan_filter:
+            bool(torch.isnan(loss.detach()) or torch.isinf(loss.detach()))
+        return loss
 
     first = _first_batch(dataset, collate, call)
     tokens = isinstance(first, Mapping) and "attention_mask" in first
@@ -145,10 +158,11 @@ def adapt(module: Any, shown: str, call: Callable):
 
 def optimizer_step(args: Any) -> OptimizerStep:
     """The Trainer's optimizer step: every gradient_accumulation_steps micro-batches, after clipping the gradients'
-    norm to max_grad_norm (1.0 unless set; 0 or None turns clipping off)."""
+    norm to max_grad_norm (1.0 unless set). With max_grad_norm 0 the Trainer does not clip but still computes the
+    norm for its log (clip_grad_norm_ at an infinite bound), and so does a probe."""
     norm = getattr(args, "max_grad_norm", None)
-    return OptimizerStep(int(args.per_device_train_batch_size), steps(args.gradient_accumulation_steps),
-                         float(norm) if isinstance(norm, (int, float)) and norm > 0 else None)
+    clip = float(norm) if isinstance(norm, (int, float)) and norm > 0 else math.inf
+    return OptimizerStep(int(args.per_device_train_batch_size), steps(args.gradient_accumulation_steps), clip)
 
 
 def _training_data(trainer: Any, transformers: Any) -> tuple[Any, Callable]:
