@@ -16,6 +16,7 @@ import pytest
 
 from tune_advisor.probe import lockstep
 from tune_advisor.probe.spec import ProbeSpec, Protocol
+from tune_advisor.probe.window import EPOCH_ROUNDING_CAP
 
 # A child that measures like probe/training.py: a warm-up of WARM_S once the parent says begin, one "step" (a short
 # sleep) per baton, then its report to a file. A step number to fail at: positive exits with code 3 (a crash),
@@ -244,12 +245,33 @@ def test_a_pair_with_loader_workers_measures_whole_epochs_of_both_sides():
     pair = object.__new__(lockstep._Pair)
     pair.protocol = Protocol(min_steps=10, min_time_s=0.05, max_steps=200, max_time_s=10)
     pair.cap, pair.waves, pair.noise, pair.epochs, pair.window = 200, [2, 2], "each", [16, 32], None
+    pair.deadline = time.monotonic() + 60
     # THEN the pair goes on to 32 steps, where each side's window holds whole epochs
     assert not pair._enough([steps[:10], steps[:10]]) and not pair._enough([steps[:31], steps[:31]])
     assert pair._enough([steps[:32], steps[:32]])
     # AND without loader workers, 10 pairs are enough
     pair.epochs, pair.window = [0, 0], None
     assert pair._enough([steps[:10], steps[:10]])
+
+
+def test_a_pair_of_two_batch_sizes_goes_on_further_to_hold_both_sides_restarts():
+    # GIVEN a duel of batch 32 against 128 with loader workers (epochs of 64 and 16 steps) whose larger side
+    # reaches the 4 s cap after 40 steps, and whose common multiple of epochs, 64 steps, is projected at 6.4 s
+    slow, fast = [0.1] * 100, [0.03] * 100
+    pair = object.__new__(lockstep._Pair)
+    pair.protocol = Protocol(min_steps=10, min_time_s=0.5, max_steps=200, max_time_s=4.0)
+    pair.cap, pair.waves, pair.noise, pair.epochs, pair.window = 200, [3, 3], "each", [64, 16], None
+    pair.deadline = time.monotonic() + 60
+    # THEN it measures the 64 steps (1.6x the cap, beyond EPOCH_ROUNDING_CAP): each side holds its share of restarts
+    assert 4.0 * EPOCH_ROUNDING_CAP < 6.4
+    assert not pair._enough([fast[:42], slow[:42]]) and not pair._enough([fast[:63], slow[:63]])
+    assert pair._enough([fast[:64], slow[:64]])
+    # AND not where the steps to it would end after the probes' deadline (the budget's end)
+    pair.window, pair.deadline = None, time.monotonic() + 10
+    assert pair._enough([fast[:42], slow[:42]])
+    # AND sides whose epochs are the same length keep the usual bound: their restarts fall at the same steps
+    pair.window, pair.epochs, pair.deadline = None, [64, 64], time.monotonic() + 60
+    assert pair._enough([slow[:42], slow[:42]])
 
 
 def test_a_ratio_settles_when_it_is_precise_or_clearly_away_from_one():

@@ -39,7 +39,7 @@ from ..analysis.stats import period, wave_noise, wave_sums
 from . import runner
 from .result import ProbeResult, Status
 from .spec import ProbeSpec, Protocol
-from .window import EpochWindow, step_cap
+from .window import EPOCH_ROUNDING_CAP, PAIR_EPOCH_ROUNDING_CAP, EpochWindow, step_cap
 
 BEGIN, GO, STOP = b"w", b"g", b"s"
 READY = "ready"
@@ -275,8 +275,15 @@ class _Pair:
         if n == 0:
             return False
         if self.window is None:
-            period = math.lcm(*(e for e in self.epochs if e)) if any(self.epochs) else None
-            self.window = EpochWindow(period, self.cap, self.protocol.max_time_s, wave=max(self.waves))
+            known = {e for e in self.epochs if e}
+            period = math.lcm(*known) if known else None
+            rounding = EPOCH_ROUNDING_CAP
+            if len(known) > 1:  # epochs that differ need their common multiple, if both sides' steps to it end
+                # before the probes' deadline (the budget's end): each side measures up to the cap's multiple
+                room = (self.deadline - time.monotonic()) / 2 / self.protocol.max_time_s
+                rounding = max(EPOCH_ROUNDING_CAP, min(PAIR_EPOCH_ROUNDING_CAP, room))
+            self.window = EpochWindow(period, self.cap, self.protocol.max_time_s, wave=max(self.waves),
+                                      rounding_cap=rounding)
         return self.window.done(self._measured_enough(steps, items), n, max(sum(s) for s in steps))
 
     def _measured_enough(self, steps: list[list[float]], items: list[list[float]] | None) -> bool:

@@ -12,6 +12,12 @@ MIN_WAVES_AT_CAP = 25  # the measured-step cap is at least this many loader wave
 
 # A window of loader-fed steps is rounded up to whole epochs when that costs at most this factor of the caps.
 EPOCH_ROUNDING_CAP = 1.5
+# ... and up to this factor in a lockstep pair whose sides' epochs differ (other batch sizes): their epoch starts
+# then fall at different steps, and a window short of their common multiple holds one side's share of restarts and
+# not the other's. In one augment_cpu duel (3 loader workers, epochs of 64 and 16 steps), 45 steps held none of
+# batch 32's restarts (each ~170 ms over a 29 ms step: ~9% of its epoch) and three of batch 128's: the duel read
+# 1.05x where whole-epoch probes read ~1.2x. The 64-step window was projected at 1.6x the cap.
+PAIR_EPOCH_ROUNDING_CAP = 2.5
 
 
 class EpochWindow:
@@ -25,9 +31,11 @@ class EpochWindow:
     stops there (or at that time cap, should the steps slow down). A lockstep pair (probe/lockstep.py) applies it
     to the least common multiple of its two sides' epochs. `epoch_steps` None: no loader workers, or no length."""
 
-    def __init__(self, epoch_steps: int | None, max_steps: int, max_time_s: float, wave: int = 1):
+    def __init__(self, epoch_steps: int | None, max_steps: int, max_time_s: float, wave: int = 1,
+                 rounding_cap: float = EPOCH_ROUNDING_CAP):
         self.epoch_steps, self.max_steps, self.max_time_s = epoch_steps, max_steps, max_time_s
         self.wave = max(1, wave)
+        self.rounding_cap = rounding_cap
         self.target: int | None = None  # the step count to stop at, fixed once the protocol is first met
 
     def done(self, met: bool, n: int, elapsed: float) -> bool:
@@ -42,13 +50,13 @@ class EpochWindow:
             self.target = self._rounded(n, self.wave, elapsed)
             if self.epoch_steps and n % self.epoch_steps:
                 self.target = max(self.target, self._rounded(n, self.epoch_steps, elapsed))
-        return n >= self.target or elapsed >= EPOCH_ROUNDING_CAP * self.max_time_s
+        return n >= self.target or elapsed >= self.rounding_cap * self.max_time_s
 
     def _rounded(self, n: int, unit: int, elapsed: float) -> int:
         """`n` rounded up to whole `unit`s if that is projected within the caps (times EPOCH_ROUNDING_CAP)."""
         whole = -(-n // unit) * unit
-        fits = (whole <= EPOCH_ROUNDING_CAP * self.max_steps
-                and elapsed * whole / n <= EPOCH_ROUNDING_CAP * self.max_time_s)
+        fits = (whole <= self.rounding_cap * self.max_steps
+                and elapsed * whole / n <= self.rounding_cap * self.max_time_s)
         return whole if fits else n
 
 
