@@ -356,6 +356,23 @@ def test_a_loader_ladder_is_not_ended_by_screens_against_a_baseline_from_a_fast_
     assert any(d.startswith("num_workers ladder: 1 (ok) -> 2 (ok) -> 4 (ok)") for d in outcome.decisions)
 
 
+def test_a_loader_ladder_still_climbing_from_its_last_rung_goes_on():
+    # GIVEN a CPU-heavy loader on 2 cores (augment_cpu): 1 worker only adds the hand-over (0.63x of none), 2 workers
+    # climb back to about none (1.02x: no gain of 3%), and 3 workers pay
+    rates = {0: (950, 0.96), 1: (600, 0.9), 2: (970, 0.6), 3: (1200, 0.5), 4: (1150, 0.5)}
+
+    def rate(s):
+        r, wait = rates[s["num_workers"]]
+        return {"rate": r, "wait": wait}
+
+    outcome, backend = run_plan(rate, workload=MLP, search={"batch_size": [16], "num_workers": [0, 1, 2, 3, 4]},
+                                device=CPU_AMP_ONLY)
+    # THEN two rungs that did not beat the start, one of them dueled, do not end a ladder whose last rung still
+    # climbed 1.6x from the one before: 3 workers were reached and kept
+    assert any(d.startswith("num_workers ladder: 1 (ok) -> 2 (ok) -> 3 (ok)") for d in outcome.decisions)
+    assert outcome.recommended.settings["num_workers"] == 3
+
+
 def test_a_value_reached_by_a_chain_of_wins_is_kept_only_if_it_beats_the_start(monkeypatch):
     # GIVEN comparisons where each worker count beats the one just below it, and nothing else wins (noise adding
     # up over a chain of wins: no single comparison shows the end better than the start)

@@ -320,8 +320,11 @@ class AdaptivePlanner(Planner):
                 dueled_stale += s.dueled(best, result)
             step_gain = s.gain(previous, result)[0]  # after beats(): from its lockstep duel when it had one
             if name == "num_workers" and (best.data_wait_frac() or 0.0) >= LOADER_BOUND:
-                # still loader-bound: one dip is not the end, nor are screens alone (see LOADER_BOUND)
-                stop = stale >= 2 and (dueled_stale >= 1 or stale >= SCREENED_STALE)
+                # still loader-bound: one dip is not the end, nor are screens alone (see LOADER_BOUND), nor a rung
+                # still climbing from the one before (one augment_cpu run: 1 worker 0.62x of none, 2 workers 1.25x
+                # of 1 but not beyond the noise over none in three duels in turn, and the ladder ended there, where
+                # the grid put 2 workers 1.18x over none and 3 workers 1.09x)
+                stop = step_gain < 1 + MIN_GAIN and stale >= 2 and (dueled_stale >= 1 or stale >= SCREENED_STALE)
             else:  # a flat step ends the ladder if it lost clearly, or the rung before did not win either: one
                 # flat step can be a dip (lstm_collate's batch of 64 measured 0.96x of 32, and 128 and 256 paid)
                 stop = step_gain < 1 + MIN_GAIN and (stale >= 2 or step_gain < DUEL_FROM)
