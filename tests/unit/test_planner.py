@@ -918,6 +918,58 @@ def test_without_time_for_its_pairs_the_ablation_decides_on_the_searchs_measures
     assert kept.settings["optimizer_impl"] == "default" and kept.settings["amp"] == "bf16"
 
 
+class _Measured:
+    """A session whose ablation pair reads `direct` and whose search left `chain`, a ladder of lockstep wins."""
+
+    def __init__(self, direct, chain):
+        self.direct, self.chain = direct, chain
+
+    def seen(self, settings):
+        return None
+
+    def affords_ablation(self, left):
+        return True
+
+    def duel(self, current, reduced, roles):
+        return current, ProbeResult("p002", reduced, Status.OK, extra={"lockstep": {}})
+
+    def beats(self, reference, candidate):
+        median, low, _ = self.direct
+        return median >= 1.03 and low > 1.0
+
+    def gain(self, reference, candidate):
+        return self.direct
+
+    def chained_gain(self, reference, candidate):
+        return self.chain
+
+
+@pytest.mark.parametrize("direct, chain, kept, median", [
+    # augment_cpu: one pair alone inconclusive, the ladder's wins (32 -> 64 -> 128) clear: kept, on both
+    ((1.35, 0.95, 1.77), (1.43, 1.21, 1.69), True, 1.41),
+    # the same pair and no ladder behind it: dropped, as before
+    ((1.35, 0.95, 1.77), None, False, 1.35),
+    # a pair that measures nothing, precisely, outweighs a ladder's modest wins: dropped
+    ((1.00, 0.98, 1.02), (1.10, 1.02, 1.19), False, 1.01),
+])
+def test_an_ablation_pools_its_pair_with_the_ladder_wins_that_measured_the_same_ratio(direct, chain, kept, median):
+    from tune_advisor.planner import ablation
+
+    base = ProbeResult("p001", knobs.full_settings({"batch_size": 32, "num_workers": 2}), Status.OK)
+    winner = ProbeResult("p009", {**base.settings, "batch_size": 128}, Status.OK)
+    notes, decisions = [], []
+    # WHEN the ablation measures batch 128 against the winner without it
+    result, records = ablation.ablate(_Measured(direct, chain), base, winner, notes, decisions)
+    # THEN the knob stays only where the evidence of both (or of the pair alone, without a ladder) clears the bar
+    (record,) = records
+    assert record["kept"] is kept and (result is winner) is kept
+    assert record["contribution"]["median"] == pytest.approx(median, abs=0.01)
+    assert ("pooled with the search's ladder wins" in record["method"]) is (chain is not None)
+    if chain is not None:  # the pooled interval is narrower than either
+        width = record["contribution"]["ci_high"] / record["contribution"]["ci_low"]
+        assert width < min(direct[2] / direct[1], chain[2] / chain[1])
+
+
 def test_an_ablation_probe_may_use_the_time_its_pair_was_afforded():
     clock = FakeClock()
     session = Session(FakeBackend(lambda s: 1000.0), budget_s=100.0, clock=clock)

@@ -139,6 +139,17 @@ class Comparisons:
         return stats.pooled_log_sd(groups)
 
 
+def pooled(*gains: tuple[float, float, float]) -> tuple[float, float, float]:
+    """Independent measures of one ratio, each (median, ci_low, ci_high), as one: their logs weighted by the inverse
+    of their variance (each 95% CI's half-width over 1.96 taken as its standard error)."""
+    logs = np.log(np.array(gains, dtype=float))
+    se = np.maximum((logs[:, 2] - logs[:, 1]) / (2 * 1.96), 1e-9)
+    weights = 1 / se ** 2
+    centre = float(np.sum(weights * logs[:, 0]) / np.sum(weights))
+    half = 1.96 / float(np.sqrt(np.sum(weights)))
+    return float(np.exp(centre)), float(np.exp(centre - half)), float(np.exp(centre + half))
+
+
 def window_rate(probe: ProbeResult) -> float:
     """Items per second over the probe's measured window (NaN without one)."""
     return sum(probe.items) / sum(probe.step_s) if probe.measured else float("nan")
