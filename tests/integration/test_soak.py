@@ -25,7 +25,9 @@ def test_analyze_on_every_fixture_leaves_no_process_temp_file_or_open_descriptor
     monkeypatch.setenv("TMPDIR", str(scratch))
     monkeypatch.setattr(tempfile, "tempdir", None)
     def probe_scratch() -> set:  # per-probe folders: under the temporary folder, or /tmp when its path is long
-        return {p for base in {runner.scratch_base(), "/tmp"} for p in Path(base).glob(runner.SCRATCH_PREFIX + "*")}
+        # named after the process that started the probe (this one): another run's on a shared /tmp is not ours
+        ours = f"{runner.SCRATCH_PREFIX}{os.getpid()}-*"
+        return {p for base in {runner.scratch_base(), "/tmp"} for p in Path(base).glob(ours)}
 
     scratch_before = probe_scratch()
     tag = uuid.uuid4().hex
