@@ -373,6 +373,41 @@ def test_a_loader_ladder_still_climbing_from_its_last_rung_goes_on():
     assert outcome.recommended.settings["num_workers"] == 3
 
 
+def test_a_batch_ladder_capped_by_its_loader_tries_its_last_rung_with_more_workers():
+    # GIVEN a loader of one worker that just keeps up at batch 8 (hf_trainer): a larger batch computes faster per
+    # sample, but one worker supplies no more, so batch 16 and 32 read flat at 1 worker (waiting for data), and more
+    # workers are flat at batch 8 (the step computes): each knob alone looks flat; batch 32 with 2 workers pays
+    compute = {8: 330.0, 16: 400.0, 32: 450.0}
+
+    def rate(s):
+        supply = 333.0 * s["num_workers"]
+        if s["num_workers"] == 0:  # records read in the training process: reading and computing add up
+            r = 1 / (1 / 333.0 + 1 / compute[s["batch_size"]])
+        else:
+            r = min(supply, compute[s["batch_size"]])
+        return {"rate": r, "wait": max(0.02, 1 - r / compute[s["batch_size"]])}
+
+    search = {"batch_size": [8, 16, 32], "num_workers": [0, 1, 2, 4]}
+    outcome, backend = run_plan(rate, workload=MLP, search=search, baseline={"batch_size": 8},
+                                device=CPU_AMP_ONLY, explore=("batch_size", "num_workers"))
+    # THEN the worker ladder kept 1 worker, the batch ladder went flat at it, and its last rung with the next worker
+    # count up won: batch 32 with 2 workers, where the knobs one at a time stopped at batch 8 with 1 worker
+    assert any(d.startswith("num_workers: kept num_workers=1") for d in outcome.decisions)
+    assert any(d.startswith("batch_size ladder: 16 (ok) -> 32 (ok) -> 32 with num_workers=2 (ok)")
+               for d in outcome.decisions), outcome.decisions
+    assert {k: outcome.recommended.settings[k] for k in search} == {"batch_size": 32, "num_workers": 2}
+
+
+def test_a_flat_batch_ladder_that_does_not_wait_for_data_measures_no_more_workers():
+    # GIVEN a step that computes (no data wait): a larger batch gains nothing, and neither would workers
+    outcome, backend = run_plan(lambda s: {"rate": 1000.0, "wait": 0.0}, workload=MLP, baseline={"batch_size": 8},
+                                search={"batch_size": [8, 16, 32], "num_workers": [0, 1, 2]}, device=CPU_AMP_ONLY,
+                                explore=("batch_size", "num_workers"))
+    # THEN no batch rung was measured with more workers than its ladder's start
+    assert not [p for p in outcome.probes if p.role == "ladder:batch_size" and p.settings["num_workers"] > 0]
+    assert outcome.recommended.settings["batch_size"] == 8
+
+
 def test_a_value_reached_by_a_chain_of_wins_is_kept_only_if_it_beats_the_start(monkeypatch):
     # GIVEN comparisons where each worker count beats the one just below it, and nothing else wins (noise adding
     # up over a chain of wins: no single comparison shows the end better than the start)

@@ -294,7 +294,7 @@ class AdaptivePlanner(Planner):
         (see LOADER_BOUND).
         Returns the best probe; a later value replaces an earlier one only when it beats it beyond the noise."""
         s, best, previous, previous_gain, stale, dueled_stale = self.session, current, current, None, 0, 0
-        steps = []
+        steps, flat = [], None  # flat: the last rung up, while it did not beat the best
         for i, value in enumerate(values):
             settings = {**current.settings, name: value}
             predicted = self._predicted_over_budget(settings) if name == "batch_size" else None
@@ -311,6 +311,7 @@ class AdaptivePlanner(Planner):
                 if name == "batch_size":
                     self._set_frontier(previous, value, self._failure(result), best is previous, previous_gain)
                 self.notes.append(f"{name} ladder stopped at {name}={value}: {self._failure(result)}")
+                flat = None
                 break
             loader_bound = name == "num_workers" and (best.data_wait_frac() or 0.0) >= LOADER_BOUND
             if self.session.beats(best, result, LOADER_DUEL_FROM if loader_bound or i == 0 else DUEL_FROM):
@@ -328,6 +329,7 @@ class AdaptivePlanner(Planner):
             else:  # a flat step ends the ladder if it lost clearly, or the rung before did not win either: one
                 # flat step can be a dip (lstm_collate's batch of 64 measured 0.96x of 32, and 128 and 256 paid)
                 stop = step_gain < 1 + MIN_GAIN and (stale >= 2 or step_gain < DUEL_FROM)
+            flat = result if best is not result and value > current.settings[name] else None
             if stop:
                 where = "the throughput plateau" if value > current.settings[name] else "where fewer stopped gaining"
                 s.unexplored.extend(f"{name}={v}: past {where}" for v in values[i + 1:])
@@ -335,9 +337,29 @@ class AdaptivePlanner(Planner):
             if name == "num_workers" and (best.data_wait_frac() or 0.0) < MIN_DATA_WAIT:
                 break  # nothing left to wait for
             previous, previous_gain = result, step_gain
+        if name == "batch_size" and flat is not None:  # the ladder ended on a rung up that did not pay
+            joint = self._batch_with_more_workers(flat, best)
+            if joint is not None:
+                steps.append(f"{flat.settings[name]} with num_workers={joint.settings['num_workers']} (ok)")
+                best = joint
         if steps:
             self.decisions.append(f"{name} ladder: {' -> '.join(steps)}")
         return best
+
+    def _batch_with_more_workers(self, rung: ProbeResult, best: ProbeResult) -> ProbeResult | None:
+        """The batch rung that ended its ladder without paying, once more with the next worker count up, if it
+        waited for data: a larger batch asks more of the loader, so a worker count that kept up at the start's
+        batch may cap the larger one, and each knob alone then looks flat (hf_trainer: 1 worker kept up at batch 8;
+        batch 16 and 32 read 1.0x of it at 1 worker; batch 32 with 2 workers, the grid's best, measured 1.27x).
+        Returns that probe if it beats the best."""
+        if "num_workers" not in self.knobs or (rung.data_wait_frac() or 0.0) < MIN_DATA_WAIT:
+            return None
+        start = rung.settings["num_workers"]
+        ups = sorted(v for v in self.alternatives("num_workers", rung) if v > start)
+        if not ups or not self.session.affordable(extra_s=self._ladder_extra_s("num_workers", rung, ups[0])):
+            return None
+        result = self.session.measure({**rung.settings, "num_workers": ups[0]}, "ladder:batch_size", best)
+        return result if self._usable(result) and self.session.beats(best, result) else None
 
     def _ladder_extra_s(self, name: str, previous: ProbeResult, value) -> float:
         """What the next loader-ladder probe likely costs beyond a typical probe: its warm-up and its step cap grow
