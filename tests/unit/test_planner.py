@@ -514,15 +514,19 @@ def test_without_lockstep_the_duel_runs_one_probe_after_the_other():
     outcome, backend = run_plan(lambda s: 1000.0 * (1.12 if s["amp"] == "bf16" else 1.0), workload=MLP,
                                 search={"batch_size": [16]}, jitter=0.5, device=CPU_AMP_ONLY)
     # THEN both were measured once more in turn, and the confirmation ran A B, B A, A B, ... (steps jittering ±50%
-    # leave the CI wide, so all eight rounds), then each alone
+    # leave the CI wide: rounds in turn go on past the lockstep cap of eight until it is within ±5%), then each alone
+    from tune_advisor.planner.confirm import CONFIRM_MAX_ROUNDS, CONFIRM_MAX_ROUNDS_IN_TURN
+
     rechecks = [p for p in outcome.probes if p.role == "recheck"]
     assert [p.settings["amp"] for p in rechecks][:2] == ["off", "bf16"]
     confirm = [(p.role, p.settings["amp"]) for p in outcome.probes if p.role.startswith("confirm")]
+    rounds = sum(role == "confirm:recommended" for role, _ in confirm)
+    assert CONFIRM_MAX_ROUNDS < rounds <= CONFIRM_MAX_ROUNDS_IN_TURN
     a, b = ("confirm:baseline", "off"), ("confirm:recommended", "bf16")
-    assert confirm == [*[side for i in range(8) for side in ((a, b) if i % 2 == 0 else (b, a))],
+    assert confirm == [*[side for i in range(rounds) for side in ((a, b) if i % 2 == 0 else (b, a))],
                        ("confirm:alone:recommended", "bf16"), ("confirm:alone:baseline", "off")]
     assert outcome.speedup["method"] == ("baseline and recommended measured one after the other, in alternating "
-                                         "order, 8 rounds")
+                                         f"order, {rounds} rounds")
     assert backend.pairs == []
 
 
@@ -1096,23 +1100,28 @@ def test_a_rejected_confirmation_keeps_the_baseline_and_states_no_speedup():
 def test_a_confirmation_whose_rounds_disagree_runs_more_of_them_while_the_budget_allows():
     import itertools
 
-    from tune_advisor.planner.confirm import CONFIRM_MAX_ROUNDS, CONFIRM_ROUNDS, confirm
+    from tune_advisor.planner.confirm import CONFIRM_MAX_ROUNDS, CONFIRM_MAX_ROUNDS_IN_TURN, CONFIRM_ROUNDS, confirm
 
-    def confirm_rounds(budget_s):
+    def confirm_rounds(budget_s, lockstep=False):
         # GIVEN a winner 1.5x the baseline whose pairs of fresh processes read ±20% apart from round to round
         swing = itertools.cycle([0.8, 1.2, 0.9, 1.1])
         clock = FakeClock()
-        backend = FakeBackend(lambda s: 1000.0 * (1.5 * next(swing) if s["amp"] == "bf16" else 1.0), clock=clock)
+        backend = FakeBackend(lambda s: 1000.0 * (1.5 * next(swing) if s["amp"] == "bf16" else 1.0), clock=clock,
+                              can_pair=lockstep)
         session = Session(backend, budget_s, clock=clock)
         base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
         winner = session.run({**base.settings, "amp": "bf16"}, "knob:amp")
         _, speedup = confirm(session, base, winner, [])
         return sum(p.role == "confirm:recommended" for p in session.probes), speedup
 
-    # WHEN nothing limits the time: rounds go on to the cap, the CI still wider than ±5%
+    # WHEN nothing limits the time: rounds go on to the cap, the CI still wider than ±5%; rounds one after the
+    # other (they carry the machine's swings) to twice the cap of rounds in lockstep
     rounds, speedup = confirm_rounds(None)
-    assert rounds == CONFIRM_MAX_ROUNDS and "8 rounds" in speedup["method"]
+    assert rounds == CONFIRM_MAX_ROUNDS_IN_TURN == 2 * CONFIRM_MAX_ROUNDS and "16 rounds" in speedup["method"]
+    assert "one after the other" in speedup["method"]
     assert 1.3 < speedup["median"] < 1.7 and speedup["ci_low"] < speedup["median"] < speedup["ci_high"]
+    rounds, speedup = confirm_rounds(None, lockstep=True)
+    assert rounds == CONFIRM_MAX_ROUNDS and "8 rounds" in speedup["method"] and "lockstep" in speedup["method"]
     # WHEN the budget leaves room for fewer rounds (a probe here takes 5 s on the fake clock): as many as fit
     rounds, _ = confirm_rounds(10.0 + 3 * 2 * 5.0 * 2)
     assert CONFIRM_ROUNDS <= rounds < CONFIRM_MAX_ROUNDS
