@@ -408,6 +408,19 @@ def test_a_flat_batch_ladder_that_does_not_wait_for_data_measures_no_more_worker
     assert outcome.recommended.settings["batch_size"] == 8
 
 
+def test_a_batch_rung_tried_with_more_workers_that_does_not_pay_is_shown_and_not_kept():
+    # GIVEN a loader that waits a little at every batch, where neither a larger batch nor more workers gain
+    outcome, backend = run_plan(lambda s: {"rate": 1000.0, "wait": 0.1}, workload=MLP, baseline={"batch_size": 8},
+                                search={"batch_size": [8, 16, 32], "num_workers": [0, 1]}, device=CPU_AMP_ONLY,
+                                explore=("batch_size", "num_workers"))
+    # THEN the last rung was measured with one worker, the ladder's trace shows it, and the start stays
+    assert [p.settings["batch_size"] for p in outcome.probes
+            if p.role == "ladder:batch_size" and p.settings["num_workers"] == 1] == [32]
+    assert any(d == "batch_size ladder: 16 (ok) -> 32 (ok) -> 32 with num_workers=1 (ok)" for d in outcome.decisions)
+    assert {k: outcome.recommended.settings[k] for k in ("batch_size", "num_workers")} == {"batch_size": 8,
+                                                                                          "num_workers": 0}
+
+
 def test_a_value_reached_by_a_chain_of_wins_is_kept_only_if_it_beats_the_start(monkeypatch):
     # GIVEN comparisons where each worker count beats the one just below it, and nothing else wins (noise adding
     # up over a chain of wins: no single comparison shows the end better than the start)

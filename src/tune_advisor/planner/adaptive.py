@@ -338,28 +338,29 @@ class AdaptivePlanner(Planner):
                 break  # nothing left to wait for
             previous, previous_gain = result, step_gain
         if name == "batch_size" and flat is not None:  # the ladder ended on a rung up that did not pay
-            joint = self._batch_with_more_workers(flat, best)
+            joint, won = self._batch_with_more_workers(flat, best)
             if joint is not None:
-                steps.append(f"{flat.settings[name]} with num_workers={joint.settings['num_workers']} (ok)")
-                best = joint
+                steps.append(f"{flat.settings[name]} with num_workers={joint.settings['num_workers']} "
+                              f"({joint.status.value})")
+                best = joint if won else best
         if steps:
             self.decisions.append(f"{name} ladder: {' -> '.join(steps)}")
         return best
 
-    def _batch_with_more_workers(self, rung: ProbeResult, best: ProbeResult) -> ProbeResult | None:
+    def _batch_with_more_workers(self, rung: ProbeResult, best: ProbeResult) -> tuple[ProbeResult | None, bool]:
         """The batch rung that ended its ladder without paying, once more with the next worker count up, if it
         waited for data: a larger batch asks more of the loader, so a worker count that kept up at the start's
         batch may cap the larger one, and each knob alone then looks flat (hf_trainer: 1 worker kept up at batch 8;
         batch 16 and 32 read 1.0x of it at 1 worker; batch 32 with 2 workers, the grid's best, measured 1.27x).
-        Returns that probe if it beats the best."""
+        Returns (that probe, whether it beats the best), or (None, False) when it is not measured."""
         if "num_workers" not in self.knobs or (rung.data_wait_frac() or 0.0) < MIN_DATA_WAIT:
-            return None
+            return None, False
         start = rung.settings["num_workers"]
         ups = sorted(v for v in self.alternatives("num_workers", rung) if v > start)
         if not ups or not self.session.affordable(extra_s=self._ladder_extra_s("num_workers", rung, ups[0])):
-            return None
+            return None, False
         result = self.session.measure({**rung.settings, "num_workers": ups[0]}, "ladder:batch_size", best)
-        return result if self._usable(result) and self.session.beats(best, result) else None
+        return result, self._usable(result) and self.session.beats(best, result)
 
     def _ladder_extra_s(self, name: str, previous: ProbeResult, value) -> float:
         """What the next loader-ladder probe likely costs beyond a typical probe: its warm-up and its step cap grow
