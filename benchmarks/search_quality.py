@@ -7,7 +7,8 @@ For every fixture, in one run:
   3. the grid's fastest configuration (of those whose loss matches float32's: `fastest`) against the planner's
      recommendation (and the first run's against the second's): ROUNDS pairs measured together in lockstep
      (probe/lockstep.py; who moves first, and which zygote slot each side takes, alternate), or ROUNDS_IN_TURN
-     rounds one after the other (G P, P G, ...) when their loaders differ, which lockstep cannot compare fairly.
+     rounds one after the other (G P, P G, ...) when their loaders differ, which lockstep cannot compare fairly, or
+     their steps are over 1.5x apart, where lockstep reads the longer steps 5-10% high (the confirmation's rule).
      regret = 1 - planner/grid: the median of the rounds' ratios, with their range. Identical settings are not
      measured: their ratio is 1.
 Cost = the planner's wall time over the grid's (each a whole `analyze`: inspection, probes, confirmation).
@@ -35,6 +36,7 @@ from tune_advisor import api, environment, knobs, results
 from tune_advisor.analysis import parity
 from tune_advisor.errors import UsageError
 from tune_advisor.planner.compare import pair_ratio
+from tune_advisor.planner.confirm import LOCKSTEP_MAX_STEP_RATIO, step_ratio
 from tune_advisor.planner.keep import together
 from tune_advisor.probe import lockstep
 from tune_advisor.probe.result import ProbeResult
@@ -80,13 +82,17 @@ def saved_run(folder: Path, strategy: str) -> api.Analysis | None:
                         doc["speedup"], probes, doc["notes"], doc["budget"]["unexplored"], folder, doc)
 
 
-def remeasure(path: Path, reference: dict, candidate: dict, workdir: Path) -> dict:
+def remeasure(path: Path, reference: dict, candidate: dict, workdir: Path, measured: list[ProbeResult]) -> dict:
     """candidate/reference throughput over ROUNDS (in turn: ROUNDS_IN_TURN) rounds:
-    {"median", "low", "high", "rounds", "how"}."""
+    {"median", "low", "high", "rounds", "how"}. In lockstep only where the confirmation would pair them: the same
+    loader, and steps (from their earlier probes, `measured`) at most LOCKSTEP_MAX_STEP_RATIO apart, as lockstep
+    reads the longer steps high beyond it (planner/confirm.py)."""
     if reference == candidate:
         return {"median": 1.0, "low": 1.0, "high": 1.0, "rounds": [], "how": "same settings"}
     info = api.inspect_workload(path, "cpu", workdir)
-    paired = together(reference, candidate)
+    earlier = [next((p for p in measured if p.ok and p.settings == s), None) for s in (reference, candidate)]
+    apart = None not in earlier and step_ratio(*earlier) > LOCKSTEP_MAX_STEP_RATIO
+    paired = together(reference, candidate) and not apart
     ratios = []
     for i in range(ROUNDS if paired else ROUNDS_IN_TURN):
         specs = [ProbeSpec(id=f"{side}{i + 1}", workload=str(info.path), settings=settings, device="cpu",
@@ -137,8 +143,9 @@ def bench(name: str, out: Path, budget: str = PLANNER_BUDGET) -> dict:
     grid_best = fastest(grid.probes)
     first, second = runs[0].recommended.settings, runs[1].recommended.settings
     print(f"== {name}: re-measuring the grid's best against the planner's", flush=True)
-    planner_vs_grid = remeasure(path, grid_best.settings, first, out / stem / "remeasure")
-    repeat = remeasure(path, first, second, out / stem / "remeasure") if second != first else None
+    measured = [*grid.probes, *runs[0].probes, *runs[1].probes]
+    planner_vs_grid = remeasure(path, grid_best.settings, first, out / stem / "remeasure", measured)
+    repeat = remeasure(path, first, second, out / stem / "remeasure", measured) if second != first else None
     grid_s, planner_s = grid.document["budget"]["used_s"], runs[0].document["budget"]["used_s"]
     return {
         "budget": budget,
