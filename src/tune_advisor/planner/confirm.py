@@ -48,9 +48,9 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
     """Measure baseline and winner together in lockstep rounds (CONFIRM_MIN_ROUNDS, then up to CONFIRM_ROUNDS
     while the budget allows, and on up to CONFIRM_MAX_ROUNDS (rounds in turn: CONFIRM_MAX_ROUNDS_IN_TURN) while
     the speedup's CI is wider than ±CONFIRM_PRECISION; the first mover alternates): drift hits both alike. Then
-    each once more alone, for the figures the report prints. Returns (recommended, speedup); the speedup is None when the baseline stays
-    recommended (the note says what the confirmation measured: a speedup beside unchanged settings would be one
-    the report does not recommend).
+    each once more alone, for the figures the report prints. Returns (recommended, speedup); the speedup is None
+    when the baseline stays recommended (the note says what the confirmation measured: a speedup beside unchanged
+    settings would be one the report does not recommend).
 
     The speedup is the geometric mean of the rounds' ratios, with a 95% CI from Student's t over the rounds
     (`stats.rounds_ratio_interval`), so it covers the drift between rounds. The winner stays recommended only if
