@@ -39,12 +39,13 @@ class FakeBackend:
         self.moment = moment or (lambda settings, role: 1.0)
         self.clock, self.can_pair, self.pair_memory_bytes, self.width = clock, can_pair, pair_memory_bytes, width
         self.calls: list[dict[str, Any]] = []
+        self.specs: list[ProbeSpec] = []  # every spec run, in order
         self.pairs: list[tuple[str, str]] = []  # probe ids measured together
         self.batches: list[int] = []  # how many jobs each call of `many` got
         self.closed = False
 
     def run(self, spec: ProbeSpec, role: str) -> ProbeResult:
-        result = self._measure(spec.id, spec.settings, role, self.moment(spec.settings, role))
+        result = self._measure(spec, role, self.moment(spec.settings, role))
         self._tick(result)
         return result
 
@@ -54,7 +55,7 @@ class FakeBackend:
         if not self.can_pair:
             raise NotImplementedError("this fake backend does not pair")
         self.pairs.append((specs[0].id, specs[1].id))
-        results = [self._measure(s.id, s.settings, role, slowdown=1.0) for s, role in zip(specs, roles)]
+        results = [self._measure(s, role, slowdown=1.0) for s, role in zip(specs, roles)]
         failed = next((r for r in results if not r.ok), None)
         for side, result in enumerate(results):
             partner = results[1 - side]
@@ -78,21 +79,27 @@ class FakeBackend:
         if self.clock is not None:
             self.clock.now += result.wall_s
 
-    def _measure(self, probe_id: str, settings: dict[str, Any], role: str, slowdown: float) -> ProbeResult:
+    def _measure(self, spec: ProbeSpec, role: str, slowdown: float) -> ProbeResult:
+        """`steps` measured steps, or as many as the protocol's max_time_s holds (the probe's wall shrinking by
+        the steps cut), as a child's stop rule does."""
+        probe_id, settings = spec.id, spec.settings
         self.calls.append(dict(settings))
+        self.specs.append(spec)
         outcome = self.rate(settings)
         if isinstance(outcome, Status):
             return ProbeResult(probe_id, settings, outcome, error=f"fake {outcome.value}", role=role,
                                wall_s=self.wall_s)
-        spec = outcome if isinstance(outcome, dict) else {"rate": outcome}
+        given = outcome if isinstance(outcome, dict) else {"rate": outcome}
         rng = np.random.default_rng(len(self.calls))
         bs = settings["batch_size"]
-        times = (bs / spec["rate"]) / slowdown * (1 + rng.uniform(-self.jitter, self.jitter, self.steps))
-        raw = {"step_s": list(times), "items": [float(bs)] * self.steps,
-               "data_wait_s": list(times * spec.get("wait", 0.0)), "h2d_s": [0.0] * self.steps,
-               "loss": list(spec.get("loss", [2.0 - 0.01 * i for i in range(self.steps)]))}
-        return ProbeResult(probe_id, settings, Status.OK, raw=raw, role=role, wall_s=self.wall_s,
-                           peak_memory_bytes=spec.get("memory", bs * 2**20))
+        times = (bs / given["rate"]) / slowdown * (1 + rng.uniform(-self.jitter, self.jitter, self.steps))
+        n = max(1, int(np.searchsorted(np.cumsum(times), spec.protocol.max_time_s, side="right")))
+        wall_s = max(self.wall_s - float(times[n:].sum()), float(times[:n].sum()))
+        times = times[:n]
+        raw = {"step_s": list(times), "items": [float(bs)] * n, "data_wait_s": list(times * given.get("wait", 0.0)),
+               "h2d_s": [0.0] * n, "loss": list(given.get("loss", [2.0 - 0.01 * i for i in range(self.steps)]))[:n]}
+        return ProbeResult(probe_id, settings, Status.OK, raw=raw, role=role, wall_s=wall_s,
+                           peak_memory_bytes=given.get("memory", bs * 2**20))
 
 
 class FakeClock:

@@ -225,10 +225,10 @@ def test_a_failing_baseline_ends_the_plan_with_a_note():
 
 
 def test_budget_stops_probing_keeps_the_confirmation_and_lists_what_was_left():
-    # GIVEN 5 s probes and a 40 s budget
-    outcome, backend = run_plan(cnn_rate, budget_s=40)
+    # GIVEN 5 s probes and a 60 s budget (the confirmation, in turn, keeps four rounds of two probes)
+    outcome, backend = run_plan(cnn_rate, budget_s=60)
     # THEN the plan, confirmation included, ends within the budget and says what it did not explore
-    assert len(backend.calls) * 5.0 <= 40
+    assert len(backend.calls) * 5.0 <= 60
     assert outcome.speedup is not None
     assert any("over budget" in u for u in outcome.unexplored)
 
@@ -1185,6 +1185,49 @@ def test_a_loader_change_is_confirmed_in_turn_without_blaming_the_step_times():
     _, speedup = confirm(session, base, winner, [])
     # THEN it runs in turn for its loader, and the method does not give the step times as the reason
     assert backend.pairs == [] and "one after the other" in speedup["method"] and "as long as" not in speedup["method"]
+
+
+def test_rounds_in_turn_measure_short_windows_and_the_budget_keeps_four_of_them():
+    import itertools
+
+    from tune_advisor.planner.confirm import (CONFIRM_ALONE, CONFIRM_MIN_ROUNDS, CONFIRM_MIN_ROUNDS_IN_TURN,
+                                              CONFIRM_TURN_WINDOW_S, confirm, reserve_s)
+
+    # GIVEN probes of 12 s whose 30 steps take 9 s (0.3 s each at the baseline), a winner with 2 loader workers
+    # 1.5x faster (so the two run in turn), and rounds that read ±20% apart, so the CI stays wide
+    swing = itertools.cycle([1.0, 0.8, 1.2, 0.9, 1.1])
+
+    def rate(s):
+        if s["num_workers"]:
+            return 16 / 0.3 * 1.5 * next(swing)
+        return 16 / 0.3 * (1.5 if s["amp"] == "bf16" else 1.0)
+
+    clock = FakeClock()
+    backend = FakeBackend(rate, wall_s=12.0, jitter=0.0, clock=clock, can_pair=True)
+    session = Session(backend, None, clock=clock)
+    base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
+    loader = session.run({**base.settings, "num_workers": 2}, "knob:num_workers")
+    amp = session.run({**base.settings, "amp": "bf16"}, "knob:amp")
+    # THEN the reserve for the loader change keeps four rounds in turn, each side's window cut from 9 s (baseline)
+    # or 6 s (winner) to 4 s, and the runs alone at full length; a winner that pairs keeps two lockstep rounds
+    cut = (12.0 - (9.0 - CONFIRM_TURN_WINDOW_S)) + (12.0 - (6.0 - CONFIRM_TURN_WINDOW_S))
+    assert reserve_s(session, base, loader) == pytest.approx(CONFIRM_MIN_ROUNDS_IN_TURN * cut + CONFIRM_ALONE * 24.0)
+    assert reserve_s(session, base, amp) == pytest.approx(CONFIRM_MIN_ROUNDS * 24.0 + CONFIRM_ALONE * 24.0)
+    # WHEN the budget holds exactly that reserve after the three probes so far
+    session.budget_s = clock.now + reserve_s(session, base, loader)
+    _, speedup = confirm(session, base, loader, [])
+    # THEN four rounds ran in turn, each side measuring at most 4 s, and the runs alone measured in full
+    rounds = [p for p in session.probes if p.role in ("confirm:baseline", "confirm:recommended")]
+    alone = [p for p in session.probes if p.role.startswith("confirm:alone")]
+    assert len(rounds) == 2 * CONFIRM_MIN_ROUNDS_IN_TURN and "4 rounds" in speedup["method"]
+    assert all(sum(p.step_s) <= CONFIRM_TURN_WINDOW_S for p in rounds) and backend.pairs == []
+    assert len(alone) == 2 and all(sum(p.step_s) > CONFIRM_TURN_WINDOW_S for p in alone)
+    assert clock.now <= session.budget_s + 1e-9
+    # AND a lockstep confirmation's sides are not cut: they share every moment, and longer windows settle the ratio
+    session.budget_s, before = None, len(backend.specs)
+    _, speedup = confirm(session, base, amp, [])
+    assert backend.pairs and "lockstep" in speedup["method"]
+    assert all(s.protocol.max_time_s > CONFIRM_TURN_WINDOW_S for s in backend.specs[before:])
 
 
 def test_a_ladder_stopped_by_the_budget_says_stopped_once():

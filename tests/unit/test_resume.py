@@ -65,8 +65,10 @@ def trace(session):
 
 
 @pytest.mark.parametrize("lockstep", [False, True], ids=["in-turn", "lockstep"])
-@pytest.mark.parametrize("budget_s", [None, 70.0])  # 70 s: the budget ends the search (5 s fake probes)
-def test_a_resumed_plan_runs_only_the_missing_probes_and_ends_as_an_uninterrupted_one(budget_s, lockstep):
+@pytest.mark.parametrize("tight", [False, True])  # the budget ends the search (5 s fake probes)
+def test_a_resumed_plan_runs_only_the_missing_probes_and_ends_as_an_uninterrupted_one(tight, lockstep):
+    # a confirmation in turn keeps four rounds, one in lockstep two: a tight budget for each
+    budget_s = (70.0 if lockstep else 90.0) if tight else None
     whole, expected, whole_backend, _ = run(budget_s, lockstep=lockstep)
     assert expected.speedup is not None and len(whole_backend.calls) > 6
     assert any("over budget" in u for u in whole.unexplored) == (budget_s is not None)
@@ -99,7 +101,7 @@ def test_resuming_a_finished_run_runs_nothing():
 def test_a_plan_that_takes_another_path_discards_the_rest_and_numbers_on():
     # GIVEN a run with no budget interrupted late, resumed with a budget that allows fewer probes
     _, _, first_backend, saved = run(stop_after=12)
-    again, outcome, backend, _ = run(budget_s=45.0, finished=reloaded(saved), calls_before=first_backend.calls)
+    again, outcome, backend, _ = run(budget_s=65.0, finished=reloaded(saved), calls_before=first_backend.calls)
     # THEN the replay stops where the plan differs; the probes not asked for again are discarded
     assert again.reused and again.discarded and len(again.reused) + len(again.discarded) == len(saved)
     assert again.probes[len(again.reused)].role != saved[len(again.reused)][0]["role"]

@@ -9,7 +9,7 @@ from .. import knobs
 from ..analysis import stats
 from ..probe.result import ProbeResult
 from .compare import pair_ratio, plain_wall, window_rate
-from .keep import MIN_GAIN, together
+from .keep import MIN_GAIN
 
 # Baseline and winner measured together in lockstep, three rounds (the first mover alternates): the speedup's CI
 # uses Student's t over the rounds, and two rounds leave one degree of freedom (t = 12.7). A third round is run
@@ -34,6 +34,15 @@ CONFIRM_PRECISION = 0.05
 # rounds, cnn at batch 128 (4.1x) 6.5% high, lstm_collate at batch 256 (10.7x) 5.8% high. Beyond this ratio of
 # median step times the confirmation measures the two one after the other, in alternating order.
 LOCKSTEP_MAX_STEP_RATIO = 1.5
+# Rounds in turn share no moments, so what makes their CI narrow is how many there are (Student's t falls from 12.7
+# at two rounds to 3.2 at four), not how long each side measures: on augment_cpu (batch 128 + 2 workers against the
+# baseline, 8 rounds per cap, interleaved: benchmarks/confirm_rounds.py) rounds with windows capped at 4 s read with
+# a log sd of 0.151 in 5.7 s a round, capped at 8 s 0.140 in 7.0 s: the same spread per second spent. So a side
+# measures at most CONFIRM_TURN_WINDOW_S in a round in turn (a duel's cap), and the budget keeps
+# CONFIRM_MIN_ROUNDS_IN_TURN such rounds: at a log sd of 0.15 four rounds confirm a 1.4x gain (CI low end 1.10x)
+# where three leave it at 0.96x.
+CONFIRM_TURN_WINDOW_S = 4.0
+CONFIRM_MIN_ROUNDS_IN_TURN = 4
 # Then each of the two once more alone, so that its printed figure rests on separate runs of the kind training sees
 # (a lockstep partner's turns leave the caches cold) and its interval on the drift between them.
 CONFIRM_ALONE = 1
@@ -46,8 +55,9 @@ CONFIRM_GRACE = 0.05
 def confirm(session, base: ProbeResult, winner: ProbeResult,
             notes: list[str]) -> tuple[ProbeResult, dict[str, Any] | None]:
     """Measure baseline and winner together in lockstep rounds (CONFIRM_MIN_ROUNDS, then up to CONFIRM_ROUNDS
-    while the budget allows, and on up to CONFIRM_MAX_ROUNDS (rounds in turn: CONFIRM_MAX_ROUNDS_IN_TURN) while
-    the speedup's CI is wider than ±CONFIRM_PRECISION; the first mover alternates): drift hits both alike. Then
+    while the budget allows, and on up to CONFIRM_MAX_ROUNDS (rounds in turn: at least CONFIRM_MIN_ROUNDS_IN_TURN,
+    at most CONFIRM_MAX_ROUNDS_IN_TURN, each side's window capped) while the speedup's CI is wider than
+    ±CONFIRM_PRECISION; the first mover alternates): drift hits both alike. Then
     each once more alone, for the figures the report prints. Returns (recommended, speedup); the speedup is None
     when the baseline stays recommended (the note says what the confirmation measured: a speedup beside unchanged
     settings would be one the report does not recommend).
@@ -58,18 +68,17 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
     before it to decide, with a note.
     """
     rounds = []
-    # Only where they would otherwise pair: a different loader runs them in turn anyway (and makes the median step
-    # of a loader-fed side meaningless: most of its steps find their batch ready).
-    apart = (session.backend.can_pair and together(base.settings, winner.settings)
-             and step_ratio(base, winner) > LOCKSTEP_MAX_STEP_RATIO)
+    apart, turn = _apart(session, base, winner)
+    least = CONFIRM_MIN_ROUNDS_IN_TURN if turn else CONFIRM_MIN_ROUNDS
     for i in range(CONFIRM_MAX_ROUNDS_IN_TURN):
         if i >= CONFIRM_MAX_ROUNDS and all("lockstep" in r.extra for pair in rounds for r in pair):
             break
-        if i >= CONFIRM_MIN_ROUNDS and not _affords_round(session, base, winner):
+        if i >= least and not _affords_round(session, base, winner, turn):
             break
         if i >= CONFIRM_ROUNDS and _precise(rounds):
             break
-        a, b = session.duel(base, winner, ("confirm:baseline", "confirm:recommended"), first=i % 2, apart=apart)
+        a, b = session.duel(base, winner, ("confirm:baseline", "confirm:recommended"), first=i % 2, apart=apart,
+                            window_s=CONFIRM_TURN_WINDOW_S)
         rounds.append((a, b))
         if not (a.ok and b.ok):
             break
@@ -126,6 +135,30 @@ def step_ratio(a: ProbeResult, b: ProbeResult) -> float:
     return max(times) / min(times)
 
 
+def reserve_s(session, base: ProbeResult, best: ProbeResult) -> float:
+    """What confirming `best` against `base` takes at least: its least rounds (in turn: CONFIRM_MIN_ROUNDS_IN_TURN,
+    each side's window capped) and the runs alone, predicted from the two probes' own wall times."""
+    _, turn = _apart(session, base, best)
+    least = CONFIRM_MIN_ROUNDS_IN_TURN if turn else CONFIRM_MIN_ROUNDS
+    return least * _round_s(base, best, turn) + CONFIRM_ALONE * (plain_wall(base) + plain_wall(best))
+
+
+def _apart(session, base: ProbeResult, winner: ProbeResult) -> tuple[bool, bool]:
+    """(apart, in turn): whether the rounds run one after the other though they could pair (steps over
+    LOCKSTEP_MAX_STEP_RATIO apart), and whether they run one after the other at all (a different loader, a backend
+    that cannot pair, too little memory for both: see `Session.pairs`)."""
+    pairs = session.pairs(base, winner)
+    apart = pairs and step_ratio(base, winner) > LOCKSTEP_MAX_STEP_RATIO
+    return apart, apart or not pairs
+
+
+def _round_s(base: ProbeResult, winner: ProbeResult, turn: bool) -> float:
+    """One round's wall time: both probes' (lockstep sides overlap, so this is generous there); in turn, with each
+    window cut to CONFIRM_TURN_WINDOW_S."""
+    cut = [max(0.0, sum(p.step_s) - CONFIRM_TURN_WINDOW_S) if turn else 0.0 for p in (base, winner)]
+    return plain_wall(base) + plain_wall(winner) - sum(cut)
+
+
 def _precise(rounds: list[tuple[ProbeResult, ProbeResult]]) -> bool:
     """Whether the rounds' speedup is known to ±CONFIRM_PRECISION (the 95% CI over the rounds, around its centre)."""
     ratios = [window_rate(b) / window_rate(a) for a, b in rounds if a.ok and b.ok and a.measured and b.measured]
@@ -133,11 +166,11 @@ def _precise(rounds: list[tuple[ProbeResult, ProbeResult]]) -> bool:
     return high / centre - 1 <= CONFIRM_PRECISION and 1 - low / centre <= CONFIRM_PRECISION
 
 
-def _affords_round(session, base: ProbeResult, winner: ProbeResult) -> bool:
-    """Whether one more lockstep round and the runs alone after it fit before the confirmation's deadline."""
+def _affords_round(session, base: ProbeResult, winner: ProbeResult, turn: bool) -> bool:
+    """Whether one more round and the runs alone after it fit before the confirmation's deadline."""
     left = session.time_left("confirm:baseline")
-    one = plain_wall(base) + plain_wall(winner)
-    return left is None or left >= one * (1 + CONFIRM_ALONE)
+    needed = _round_s(base, winner, turn) + CONFIRM_ALONE * (plain_wall(base) + plain_wall(winner))
+    return left is None or left >= needed
 
 
 def compile_outcome(probe: ProbeResult) -> str | None:

@@ -20,7 +20,7 @@ from ..probe.result import ProbeResult, Status
 from ..probe.spec import ProbeSpec, Protocol
 from . import ablation
 from .compare import Comparisons, plain_wall, settings_key, window_rate
-from .confirm import CONFIRM_ALONE, CONFIRM_GRACE, CONFIRM_MIN_ROUNDS, CONFIRM_RESERVE
+from .confirm import CONFIRM_GRACE, CONFIRM_RESERVE, reserve_s
 from .keep import DUEL_ROLE, together, without
 
 # Probes that explore only screen: they decide the clear cases and duels decide the rest, so measuring one
@@ -138,13 +138,12 @@ class Session(Comparisons):
 
     def confirmation_s(self, ablations: int | None = None) -> float:
         """What the end of the plan will take: the ablation's pairs (`ablations` of them; default one per knob
-        the current best changes) and the confirmation, which re-runs the baseline and the current best
-        CONFIRM_MIN_ROUNDS times each in lockstep and CONFIRM_ALONE times alone (a further round only where time
-        is left then): their own wall times predict it best."""
+        the current best changes) and the confirmation's least rounds of the baseline against the current best,
+        and their runs alone (`confirm.reserve_s`; a further round only where time is left then)."""
         if self.baseline is None:
             return CONFIRM_RESERVE * self.typical_probe_s()
         best = self.best if self.best is not None else self.baseline
-        confirming = (CONFIRM_MIN_ROUNDS + CONFIRM_ALONE) * (plain_wall(self.baseline) + plain_wall(best))
+        confirming = reserve_s(self, self.baseline, best)
         if ablations is None:
             ablations = len(ablation.ablatable(self.baseline.settings, best.settings))
         return confirming + self.ablation_pair_s() * ablations
@@ -161,12 +160,15 @@ class Session(Comparisons):
     def seen(self, settings: dict[str, Any]) -> ProbeResult | None:
         return self._by_settings.get(settings_key(settings))
 
-    def run(self, settings: dict[str, Any], role: str, reuse: bool = True) -> ProbeResult:
+    def run(self, settings: dict[str, Any], role: str, reuse: bool = True,
+            window_s: float | None = None) -> ProbeResult:
+        """A probe of `settings` (the earlier one of the same settings where `reuse`), measuring at most
+        `window_s` where given."""
         key = settings_key(settings)
         if reuse and key in self._by_settings:
             return self._by_settings[key]
         result = self._replayed(settings, role) or self.backend.run(
-            self._spec(f"p{len(self.probes) + 1:03d}", settings, role), role)
+            self._spec(f"p{len(self.probes) + 1:03d}", settings, role, window_s), role)
         result.role = result.role or role
         self._record(result)
         self._by_settings.setdefault(key, result)
@@ -191,6 +193,10 @@ class Session(Comparisons):
             result = self._by_settings[key] = self.run(settings, role, reuse=False)
         return result
 
+    def pairs(self, reference: ProbeResult, candidate: ProbeResult) -> bool:
+        """Whether a duel of these two probes' settings would run in lockstep (`_can_pair`)."""
+        return self._can_pair(reference, candidate.settings, candidate.peak_memory_bytes)
+
     def _can_pair(self, reference: ProbeResult, settings: dict[str, Any], peak: float | None) -> bool:
         """Whether the backend can measure `reference` beside `settings` (whose probe peaks at `peak` bytes) in a
         lockstep pair: not where it cannot pair at all (DDP, --executor ray), with different loaders (see
@@ -202,8 +208,13 @@ class Session(Comparisons):
         held = cuda_memory.footprint(reference.peak_memory_bytes, reference.memory)
         return not (room and held + (peak or 0) > room)
 
-    def _spec(self, probe_id: str, settings: dict[str, Any], role: str) -> ProbeSpec:
-        return self.make_spec(probe_id, dict(settings), role, self.time_left(role))
+    def _spec(self, probe_id: str, settings: dict[str, Any], role: str, window_s: float | None = None) -> ProbeSpec:
+        """The backend's spec for a probe; `window_s` caps how long it measures."""
+        spec = self.make_spec(probe_id, dict(settings), role, self.time_left(role))
+        proto = spec.protocol
+        if window_s is None or proto.max_time_s <= window_s:
+            return spec
+        return replace(spec, protocol=replace(proto, max_time_s=max(proto.min_time_s, window_s)))
 
     def extrapolated_peak(self, settings: dict[str, Any]) -> float | None:
         """The peak memory of `settings` on the straight line through the two largest batches measured with the
@@ -232,14 +243,14 @@ class Session(Comparisons):
 
     def duel(self, reference: ProbeResult, candidate: ProbeResult | dict[str, Any],
              roles: tuple[str, str] = (DUEL_ROLE, DUEL_ROLE), first: int = 0,
-             apart: bool = False) -> tuple[ProbeResult, ProbeResult]:
+             apart: bool = False, window_s: float | None = None) -> tuple[ProbeResult, ProbeResult]:
         """Measure both settings again (`candidate`: a probe, or settings not yet measured), together in
         lockstep, step by step (`backend.pair`: probe/lockstep.py), so both see the same moments of the
         machine; one after the other where the backend cannot pair them (`_can_pair`) or the caller says so
-        (`apart`). `first` is the side that moves (or runs) first. Returns the new (reference, candidate)
-        results."""
+        (`apart`), each then measuring at most `window_s` where given. `first` is the side that moves (or runs)
+        first. Returns the new (reference, candidate) results."""
         if isinstance(candidate, ProbeResult):
-            paired = self._can_pair(reference, candidate.settings, candidate.peak_memory_bytes)
+            paired = self.pairs(reference, candidate)
             candidate = candidate.settings
         else:
             paired = self._can_pair(reference, candidate, self.estimated_peak(candidate, reference))
@@ -247,7 +258,8 @@ class Session(Comparisons):
         reference = reference.settings
         if not paired:  # in turn, each recorded as it finishes (a resumed run replays them in this order)
             sides = (reference, candidate)
-            done = {i: self.run(sides[i], roles[i], reuse=False) for i in ((0, 1) if first == 0 else (1, 0))}
+            done = {i: self.run(sides[i], roles[i], reuse=False, window_s=window_s)
+                    for i in ((0, 1) if first == 0 else (1, 0))}
             a, b = done[0], done[1]
         else:
             a = self._replayed(reference, roles[0])
