@@ -9,11 +9,13 @@ For every fixture, in one run:
      (probe/lockstep.py; who moves first, and which zygote slot each side takes, alternate), or ROUNDS_IN_TURN
      rounds one after the other (G P, P G, ...) when their loaders differ, which lockstep cannot compare fairly, or
      their steps are over 1.5x apart, where lockstep reads the longer steps 5-10% high (the confirmation's rule).
-     regret = 1 - planner/grid: the median of the rounds' ratios, with their range. Identical settings are not
-     measured: their ratio is 1.
+     regret = 1 - planner/grid: the median of the rounds' ratios, printed with the 95% CI of their geometric mean
+     (Student's t over the rounds, as the confirmation's: eight rounds in turn that spread ±7% leave it about ±6%
+     wide, as wide as the 5% target; rows.json keeps every round). Identical settings are not measured: ratio 1.
 Cost = the planner's wall time over the grid's (each a whole `analyze`: inspection, probes, confirmation).
 
     python benchmarks/search_quality.py [FIXTURE.py ...] [--out DIR] [--budget 3m]
+    python benchmarks/search_quality.py --table --out DIR      (print DIR/rows.json's table again, measuring nothing)
 
 --budget is the planner's (default 3m: the budget the README's example uses); each run's `used_s` beside its budget
 shows where the planner stopped on its own. How quality grows with the budget: benchmarks/budget_curve.py.
@@ -33,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from tune_advisor import api, environment, knobs, results
-from tune_advisor.analysis import parity
+from tune_advisor.analysis import parity, stats
 from tune_advisor.errors import UsageError
 from tune_advisor.planner.compare import pair_ratio
 from tune_advisor.planner.confirm import LOCKSTEP_MAX_STEP_RATIO, step_ratio
@@ -112,6 +114,14 @@ def remeasure(path: Path, reference: dict, candidate: dict, workdir: Path, measu
             "how": "lockstep" if paired else "in turn"}
 
 
+def interval(ratio: dict) -> str:
+    """A re-measure as printed: its median and the 95% CI over its rounds (1 for identical settings)."""
+    if not ratio["rounds"]:
+        return f"{ratio['median']:.3f} (same)"
+    _, low, high = stats.rounds_ratio_interval(ratio["rounds"])
+    return f"{ratio['median']:.3f} [{low:.3f}, {high:.3f}] ({ratio['how']})"
+
+
 def bench(name: str, out: Path, budget: str = PLANNER_BUDGET) -> dict:
     path = ROOT / "fixtures" / name
     stem = path.stem
@@ -166,17 +176,13 @@ def bench(name: str, out: Path, budget: str = PLANNER_BUDGET) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    head = (f"{'fixture':<15} {'grid best':<36} {'planner':<36} {'planner/grid [range]':<24} {'regret':>7} "
+    head = (f"{'fixture':<15} {'grid best':<36} {'planner':<36} {'planner/grid [95% CI]':<34} {'regret':>7} "
             f"{'probes P/G':>10} {'time P/G (s)':>13} {'cost':>6}  repeat run")
     lines = [head, "-" * len(head)]
     for r in rows:
-        g = r["planner_vs_grid"]
-        how = f" ({g['how']})" if g["rounds"] else ""
-        rep = "same settings" if r["repeat_same"] else (
-            f"{r['repeat']}: {r['repeat_ratio']['median']:.3f} [{r['repeat_ratio']['low']:.3f}, "
-            f"{r['repeat_ratio']['high']:.3f}] ({r['repeat_ratio']['how']})")
+        rep = "same settings" if r["repeat_same"] else f"{r['repeat']}: {interval(r['repeat_ratio'])}"
         lines.append(f"{r['fixture']:<15} {r['grid_best']:<36} {r['planner']:<36} "
-                     f"{g['median']:.3f} [{g['low']:.3f}, {g['high']:.3f}]{how:<10} {r['regret']:>6.1%} "
+                     f"{interval(r['planner_vs_grid']):<34} {r['regret']:>6.1%} "
                      f"{r['planner_probes']:>4}/{r['grid_probes']:<5} {r['planner_s']:>6.0f}/{r['grid_s']:<6.0f} "
                      f"{r['cost']:>6.1%}  {rep}")
     return "\n".join(lines)
@@ -187,10 +193,14 @@ def main() -> None:
     parser.add_argument("fixtures", nargs="*", default=FIXTURES)
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "search_quality")
     parser.add_argument("--budget", default=PLANNER_BUDGET, help="the planner's budget (default %(default)s)")
+    parser.add_argument("--table", action="store_true", help="print DIR/rows.json's table, measuring nothing")
     args = parser.parse_args()
+    rows_path = args.out / "rows.json"
+    if args.table:
+        print(table(json.loads(rows_path.read_text())))
+        sys.exit(0)
     print(f"CPU: {environment.cpu_model()}; flags: {', '.join(environment.cpu_flags()) or 'none of note'}")
     args.out.mkdir(parents=True, exist_ok=True)
-    rows_path = args.out / "rows.json"
     rows = []
     for name in args.fixtures:
         rows.append(bench(Path(name).name, args.out, args.budget))
