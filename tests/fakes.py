@@ -20,8 +20,9 @@ class FakeBackend:
     """A ProbeBackend (probe/backend.py) that measures nothing.
 
     `rate(settings)` gives samples/s, a Status for a failing configuration, or a dict with `rate` and optionally
-    `wait` (share of each step spent waiting for data), `memory` (peak bytes; default batch_size MiB) and `loss`
-    (the per-step losses; by default the same falling curve for every configuration, as a shared seed gives).
+    `wait` (share of each step spent waiting for data), `memory` (peak bytes; default batch_size MiB), `loss`
+    (the per-step losses; by default the same falling curve for every configuration, as a shared seed gives) and
+    `dense` (the profile's `dense_frac`, put on a baseline probe, the one the real run profiles).
     Steps get seeded uniform jitter of ±`jitter` (2% by default).
 
     `moment(settings, role)` models the machine's speed states: the factor a probe run on its own is slowed by
@@ -98,8 +99,11 @@ class FakeBackend:
         times = times[:n]
         raw = {"step_s": list(times), "items": [float(bs)] * n, "data_wait_s": list(times * given.get("wait", 0.0)),
                "h2d_s": [0.0] * n, "loss": list(given.get("loss", [2.0 - 0.01 * i for i in range(self.steps)]))[:n]}
-        return ProbeResult(probe_id, settings, Status.OK, raw=raw, role=role, wall_s=wall_s,
-                           peak_memory_bytes=given.get("memory", bs * 2**20))
+        result = ProbeResult(probe_id, settings, Status.OK, raw=raw, role=role, wall_s=wall_s,
+                             peak_memory_bytes=given.get("memory", bs * 2**20))
+        if "dense" in given and role == "baseline":
+            result.extra["profile"] = {"dense_frac": given["dense"]}
+        return result
 
 
 class FakeClock:

@@ -71,6 +71,7 @@ def test_cuda_trace_breakdown_gives_each_instant_to_one_category():
                                         "cudaDeviceSynchronize": 1, "cudaStreamSynchronize": 1.5}
     assert s["device_syncs_per_step"] == 2.5 and s["user_device_syncs_per_step"] == 0.5
     assert s["ops_per_step"] == 4  # stack, to, addmm, item: _local_scalar_dense is nested in item
+    assert s["dense_frac"] == pytest.approx(300 / 900)  # the GEMM kernel, of the step outside data loading
 
 
 def test_device_work_running_past_the_host_step_extends_the_step():
@@ -87,6 +88,22 @@ def test_cpu_trace_has_no_device_figures():
     assert s["breakdown_s"]["cpu_exec"] == pytest.approx(60e-6) and s["breakdown_s"]["other"] == pytest.approx(40e-6)
     assert s["device_idle_frac"] is None and s["kernels_per_step"] is None and s["h2d_pageable_bytes"] is None
     assert s["device_syncs_per_step"] is None
+
+
+def test_dense_share_counts_matmuls_and_convolutions_outside_data_loading_once():
+    # GIVEN a 1000 us CPU step: the loader 0-400 (an augmentation's convolution inside it), then a convolution
+    # (the wrapper and its kernel op nested), a linear layer and an activation
+    events = [X("ProfilerStep#2", "user_annotation", 0, 1000), X(LOADER, "user_annotation", 0, 400),
+              X("aten::mkldnn_convolution", "cpu_op", 50, 300),
+              X("aten::convolution", "cpu_op", 500, 200), X("aten::mkldnn_convolution", "cpu_op", 510, 180),
+              X("aten::addmm", "cpu_op", 700, 100), X("aten::relu", "cpu_op", 800, 100)]
+    s = profiler.summarise_trace({"traceEvents": events}, "cpu")
+    # THEN 300 us of the 600 us outside the loader are dense: the nested op is not counted twice, the
+    # augmentation's convolution not at all
+    assert s["dense_frac"] == pytest.approx(0.5)
+    # a step that is all data loading has no compute to share out
+    only_loading = [X("ProfilerStep#2", "user_annotation", 0, 100), X(LOADER, "user_annotation", 0, 100)]
+    assert profiler.summarise_trace({"traceEvents": only_loading}, "cpu")["dense_frac"] is None
 
 
 def test_a_trace_without_step_markers_is_an_error():
@@ -153,6 +170,7 @@ def test_real_cpu_profile_of_a_linear_and_conv_model(tmp_path):
     assert summary["steps"] == 3 and summary["schedule"] == {"wait": 1, "warmup": 1, "active": 3}
     assert sum(summary["breakdown_s"].values()) <= summary["step_time_s"] * (1 + 1e-9)
     assert summary["breakdown_s"]["cpu_exec"] > 0 and summary["breakdown_s"]["kernel"] == 0
+    assert 0 < summary["dense_frac"] < 1  # the conv and linear layers' ops, not the optimizer or the loss
     assert summary["trace"]["file"] == path.name
     assert json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
     assert not list(tmp_path.glob("*.raw.json"))  # the uncompressed export is removed

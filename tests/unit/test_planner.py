@@ -121,6 +121,44 @@ def test_a_listed_batch_search_is_walked_not_bisected():
     assert outcome.recommended.settings["batch_size"] == 64
 
 
+def _loader_fed(dense):
+    """augment_cpu's shape: workers pay, then half of each step waits on their hand-over; a larger batch pays
+    1.3x, bf16 only 2% (the model is a small head after the augmentation); `dense`: the baseline profile's
+    dense_frac (None: not profiled)."""
+    def rate(s):
+        r = 400.0 * (1 + s["num_workers"]) * (1.3 if s["batch_size"] >= 32 else 1) * (1.02 if s["amp"] == "bf16"
+                                                                                        else 1)
+        given = {"rate": r, "wait": 0.9 if s["num_workers"] == 0 else 0.5}
+        return given if dense is None else {**given, "dense": dense}
+    return rate
+
+
+def test_a_precision_knob_is_judged_on_the_share_of_compute_it_can_speed_up():
+    search = {"num_workers": [0, 2], "batch_size": [16, 32]}
+    explore = ("num_workers", "amp", "batch_size")
+
+    def first(backend, pred):
+        return next((i for i, c in enumerate(backend.calls) if pred(c)), None)
+
+    # GIVEN no profile of the baseline: half the step is compute after the workers, and bf16's 1.6x on all of it
+    # (1.23x) outranks the batch's 1.2x, so bf16 is tried first
+    outcome, backend = run_plan(_loader_fed(None), workload=MLP, search=search, explore=explore)
+    assert first(backend, lambda c: c["amp"] == "bf16") < first(backend, lambda c: c["batch_size"] == 32)
+
+    # GIVEN a profile that finds 10% of the compute in matmuls and convolutions: bf16 can gain at most ~2% there,
+    # so it is skipped with that reason and the batch ladder runs; the recommendation is the batch and workers
+    outcome, backend = run_plan(_loader_fed(0.10), workload=MLP, search=search, explore=explore)
+    assert first(backend, lambda c: c["amp"] == "bf16") is None
+    assert any(d.startswith("amp: skipped: the step is 50% waiting for data and 10% of the rest is matmuls")
+               for d in outcome.decisions)
+    assert any(d.startswith("the baseline's profile: 10% of its compute") for d in outcome.decisions)
+    assert outcome.recommended.settings["batch_size"] == 32 and outcome.recommended.settings["num_workers"] == 2
+
+    # GIVEN a profile that finds the compute all matmuls: bf16 keeps its prospect and goes first again
+    outcome, backend = run_plan(_loader_fed(0.95), workload=MLP, search=search, explore=explore)
+    assert first(backend, lambda c: c["amp"] == "bf16") < first(backend, lambda c: c["batch_size"] == 32)
+
+
 def test_amp_that_frees_memory_reopens_the_batch_ladder():
     # GIVEN a model whose activations halve under bf16 (memory limit 100 MiB) and throughput that climbs with the
     # batch; bf16 itself gives only 5%, and the step waits 60% for data, so bf16's bound (1.18x) is under the

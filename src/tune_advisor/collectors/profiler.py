@@ -15,6 +15,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import tempfile
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -35,6 +36,12 @@ SYNC_NAMES = SCALAR_READS + DEVICE_SYNCS
 # The probe loop's own per step, on CUDA: loss.item() (a stream sync) and torch.cuda.synchronize().
 PROBE_DEVICE_SYNCS_PER_STEP = 2
 DATA_LOADING_PREFIX = "enumerate(DataLoader)"
+# Matrix multiplies, convolutions, attention and recurrent cells: the work a 16-bit type (amp) or TF32 speeds up.
+# Host operators on a CPU (wrappers like aten::convolution overlap their kernels' ops; their union is counted),
+# kernel names on CUDA (cuBLAS/CUTLASS GEMMs, cuDNN convolutions and RNNs, flash/fused attention).
+DENSE_OPS = re.compile(r"^aten::(_?(add)?b?mm|baddbmm|addbmm|_addmm_activation|\w*conv\w*|_scaled_dot_product\w*"
+                       r"|\w*rnn\w*|\w*lstm\w*|\w*gru\w*|mkldnn_linear\w*)$")
+DENSE_KERNELS = re.compile(r"gemm|conv|xmma|cutlass|flash|fmha|attention|wgrad|dgrad|cudnn|rnn|lstm", re.IGNORECASE)
 STEP_PREFIX = "ProfilerStep#"
 
 
@@ -230,6 +237,11 @@ def summarise_trace(trace: dict[str, Any], device_type: str = "cpu") -> dict[str
     syncs = Counter(e["name"] for e in events if e.get("name") in SYNC_NAMES and inside(e))
     top_level_ops = _top_level([e for e in by_cat["cpu_exec"] if inside(e)])
     kernel_s = sum(e["dur"] for e in kernels) / 1e6
+    loading = in_steps(by_cat["data_loading"])
+    dense = [e for e in kernels if DENSE_KERNELS.search(e["name"])] if cuda else \
+        [e for e in by_cat["cpu_exec"] if DENSE_OPS.match(e["name"]) and inside(e)
+         and not any(a <= e["ts"] < b for a, b in loading)]
+    compute = step_total - breakdown["data_loading"]
     device_syncs = sum(syncs.get(name, 0) for name in DEVICE_SYNCS) / n
 
     return {
@@ -242,6 +254,8 @@ def summarise_trace(trace: dict[str, Any], device_type: str = "cpu") -> dict[str
         "kernel_mean_s": kernel_s / len(kernels) if kernels else None,
         "top_kernels": _top_by_name(kernels, n) if cuda else [],
         "ops_per_step": top_level_ops / n,
+        # Of the step outside data loading: the share that lower precision can speed up (DENSE_OPS).
+        "dense_frac": min(1.0, _length(in_steps(dense)) / compute) if compute > 0 else None,
         "h2d_pageable_bytes": h2d["pageable"] / n if cuda else None,
         "h2d_pinned_bytes": h2d["pinned"] / n if cuda else None,
         "memcpy_per_step": len(copies) / n if cuda else None,

@@ -77,6 +77,7 @@ class AdaptivePlanner(Planner):
     def __init__(self, ctx: PlanContext, session: Session):
         super().__init__(ctx, session)
         self.visits: Counter[str] = Counter()
+        self.dense_frac: float | None = None  # from the baseline's profile, when it was profiled (search())
         self.knobs = [k for k in ORDER if ctx.explore is None or k in ctx.explore]  # what this plan explores
         if ctx.explore is not None:
             self.decisions.append(f"exploring only {', '.join(self.knobs) or 'nothing'} (--knobs)")
@@ -84,6 +85,11 @@ class AdaptivePlanner(Planner):
     def search(self, base: ProbeResult) -> ProbeResult:
         s = self.session
         self._record_not_applicable()
+        self.dense_frac = (base.extra.get("profile") or {}).get("dense_frac")
+        if self.dense_frac is not None:
+            self.decisions.append(f"the baseline's profile: {self.dense_frac:.0%} of its compute (the step outside "
+                                  "data loading) in matmuls, convolutions, attention and RNN cells, the part a "
+                                  "precision knob speeds up")
         current, done = base, set()
         while True:
             todo = [k for k in self.knobs if k not in done and self.visits[k] < MAX_VISITS]
@@ -161,13 +167,19 @@ class AdaptivePlanner(Planner):
         if not self.alternatives(name, current):
             return Prospect(1.0, "no other applicable value to try")
         wait = current.data_wait_frac() or 0.0
+        dense = self.dense_frac
 
-        def through_compute(speedup: float) -> Prospect:
+        def through_compute(speedup: float, precision: bool = False) -> Prospect:
+            """`speedup` on the compute part of the step; a precision knob's only on its dense share."""
+            if precision and dense is not None:
+                speedup = 1 / ((1 - dense) + dense / speedup)
             bound = 1 / (wait + (1 - wait) / speedup)
             if bound >= 1 + MIN_GAIN:
                 return Prospect(bound)
-            return Prospect(bound, f"the step is {wait:.0%} waiting for data, so faster compute could gain at most "
-                                   f"{bound - 1:.0%}")
+            dense_note = f" and {dense:.0%} of the rest is matmuls and convolutions" if precision and dense is not \
+                None else ""
+            return Prospect(bound, f"the step is {wait:.0%} waiting for data{dense_note}, so faster compute could "
+                                   f"gain at most {bound - 1:.0%}")
 
         if name == "num_workers":
             if wait < MIN_DATA_WAIT:
@@ -177,7 +189,7 @@ class AdaptivePlanner(Planner):
         if name == "amp":
             # bf16 applies only where it is native (knobs.not_applicable); on a CPU that emulates it, what is left
             # to try is leaving a bf16 baseline, at least as promising
-            return through_compute(COMPUTE_SPEEDUP["amp"])
+            return through_compute(COMPUTE_SPEEDUP["amp"], precision=True)
         if name == "channels_last":
             amp_on = current.settings["amp"] != "off"
             return through_compute(COMPUTE_SPEEDUP["channels_last_amp" if amp_on else "channels_last"])
@@ -199,7 +211,7 @@ class AdaptivePlanner(Planner):
         if name == "matmul_precision":
             if current.settings["amp"] != "off":
                 return Prospect(1.0, f"amp={current.settings['amp']} already runs the matmuls in 16 bits")
-            return through_compute(COMPUTE_SPEEDUP[name])
+            return through_compute(COMPUTE_SPEEDUP[name], precision=True)
         if name == "optimizer_impl":
             return through_compute(COMPUTE_SPEEDUP[name])
         if name == "persistent_workers":
