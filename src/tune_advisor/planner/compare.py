@@ -24,6 +24,12 @@ LOADER_DUEL_FROM = 0.75  # a loader-bound pipeline is bursty: its short screenin
 CLEAR_GAIN = 1.5
 MAX_DUELS = 3  # per comparison: a gain still inconclusive after a duel earns another, up to this many
 MIN_RUNS = 3  # runs per side from which their spread, not the steps', measures the noise (duels in turn add them)
+# Duels in turn from which their rounds decide (Student's t over the rounds' ratios: two rounds are rarely enough,
+# so an inconclusive second earns a third): a round's two runs are seconds apart, so the machine's slower swings
+# cancel in its ratio, where separate runs carry them. One hf_trainer run kept 1 loader worker over 2 after three
+# rounds in turn read 2 workers 1.07x, 1.08x and 1.12x faster (t: [1.03, 1.16]): over the six runs unpaired
+# (12,428-16,109 samples/s) the gain was not beyond the noise.
+MIN_ROUNDS_IN_TURN = 2
 
 
 class Comparisons:
@@ -32,13 +38,17 @@ class Comparisons:
 
     def gain(self, reference: ProbeResult, candidate: ProbeResult) -> tuple[float, float, float]:
         """Throughput ratio candidate/reference: (median, ci_low, ci_high); NaNs when either failed. From their
-        lockstep duels when they had one (each step beside its partner); else, with MIN_RUNS runs or more of each,
-        over the runs (each run's throughput one sample); else over their pooled steps."""
+        lockstep duels when they had one (each step beside its partner); else from MIN_ROUNDS_IN_TURN or more
+        duels in turn, over the rounds' ratios (as a confirmation in turn is judged); else, with MIN_RUNS runs or
+        more of each, over the runs (each run's throughput one sample); else over their pooled steps."""
         if not (reference.ok and candidate.ok):
             return float("nan"), float("nan"), float("nan")
         duels = self._lockstep(reference, candidate)
         if duels:
             return pair_ratio(duels, waves=(reference.wave, candidate.wave))
+        rounds = self._in_turn(reference, candidate)
+        if len(rounds) >= MIN_ROUNDS_IN_TURN:
+            return stats.rounds_ratio_interval([window_rate(b) / window_rate(a) for a, b in rounds])
         paired = self.common_kind(reference.settings, candidate.settings)
         if paired is None:
             return float("nan"), float("nan"), float("nan")
@@ -115,6 +125,14 @@ class Comparisons:
         duels = self._duels.get((ref, cand), []) + [(b, a) for a, b in self._duels.get((cand, ref), [])]
         return duels if duels and all("lockstep" in r.extra for pair in duels for r in pair) else None
 
+    def _in_turn(self, reference: ProbeResult, candidate: ProbeResult) -> list[tuple[ProbeResult, ProbeResult]]:
+        """The duels of these two run one after the other (not in lockstep), both sides measured, as (reference,
+        candidate) pairs."""
+        ref, cand = settings_key(reference.settings), settings_key(candidate.settings)
+        duels = self._duels.get((ref, cand), []) + [(b, a) for a, b in self._duels.get((cand, ref), [])]
+        return [(a, b) for a, b in duels if a.ok and b.ok and a.measured and b.measured
+                and "lockstep" not in a.extra and "lockstep" not in b.extra]
+
     def describe_gain(self, reference: ProbeResult, candidate: ProbeResult, chained: bool = False) -> str:
         """The gain with its CI and where it comes from (`chained`: over the chain of lockstep wins)."""
         median, low, high = self.chained_gain(reference, candidate) if chained else self.gain(reference, candidate)
@@ -125,6 +143,8 @@ class Comparisons:
             how = "over its chain of ladder wins in lockstep"
         elif duels:
             how = f"in lockstep, {' & '.join(f'{a.id}/{b.id}' for a, b in duels)}"
+        elif len(rounds := self._in_turn(reference, candidate)) >= MIN_ROUNDS_IN_TURN:
+            how = f"over {len(rounds)} rounds in turn, {' & '.join(f'{a.id}/{b.id}' for a, b in rounds)}"
         else:
             how = f"over {reference.id}"
         return f"{median:.2f}x [{low:.2f}, {high:.2f}] {how}"
