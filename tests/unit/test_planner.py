@@ -49,10 +49,29 @@ def test_not_applicable_knobs_are_skipped_with_their_reason_not_run():
 def test_batch_ladder_stops_on_a_plateau():
     # GIVEN throughput that doubles from 16 to 32 and is flat after
     outcome, backend = run_plan(lambda s: 1000.0 * min(s["batch_size"], 32) / 16, workload=MLP)
-    # THEN the ladder stops at the second step in a row without a gain
-    assert tried(backend, "batch_size") == [16, 32, 64, 128]
+    # THEN, with no budget to save, two flat steps in a row earn a third, and the ladder stops there
+    assert tried(backend, "batch_size") == [16, 32, 64, 128, 256]
     assert outcome.recommended.settings["batch_size"] == 32
-    assert any("batch_size=256: past the throughput plateau" in u for u in outcome.unexplored)
+    assert any("batch_size=512: past the throughput plateau" in u for u in outcome.unexplored)
+
+
+def test_a_plateau_of_two_flat_rungs_earns_one_more_while_the_budget_could_walk_the_rest():
+    # GIVEN lstm_collate's shape as one run measured it: 32 and 64 no faster than 16, 128 and 256 faster
+    gains = {16: 1.0, 32: 1.0, 64: 1.0, 128: 1.3, 256: 1.5}
+    search = {"amp": ["off"], "batch_size": list(gains)}
+
+    def rate(s):
+        return 1000.0 * gains[s["batch_size"]]
+
+    # THEN with 120 s of 5 s probes, enough to walk 128 and 256 with their duels and confirm, the ladder walks on
+    # past the two flat rungs and keeps 256
+    outcome, backend = run_plan(rate, workload=MLP, device=CPU_NO_BF16, search=search, budget_s=120)
+    assert tried(backend, "batch_size") == [16, 32, 64, 128, 256]
+    assert outcome.recommended.settings["batch_size"] == 256
+    # AND with 100 s, which could not pay for the rest, two flat rungs end the ladder as they always did
+    outcome, backend = run_plan(rate, workload=MLP, device=CPU_NO_BF16, search=search, budget_s=100)
+    assert tried(backend, "batch_size") == [16, 32, 64]
+    assert "batch_size=128: past the throughput plateau" in outcome.unexplored
 
 
 def test_a_downward_ladder_says_where_fewer_stopped_gaining():
@@ -61,9 +80,10 @@ def test_a_downward_ladder_says_where_fewer_stopped_gaining():
     outcome, backend = run_plan(lambda s: {"rate": rates[s["num_workers"]], "wait": 0.1}, workload=MLP,
                                 baseline={"batch_size": 16, "num_workers": 8}, device=CPU_AMP_ONLY,
                                 search={"batch_size": [16], "num_workers": [0, 1, 2, 4, 8, 16], "amp": ["off"]})
-    # THEN the walk down stopped after two flat steps, and what it left is listed as such, not as a plateau
-    assert tried(backend, "num_workers") == [2, 4, 8, 16]
-    assert "num_workers=1: past where fewer stopped gaining" in outcome.unexplored
+    # THEN the walk down stopped after three flat steps (two, and one more that the unlimited budget affords), and
+    # what it left is listed as such, not as a plateau
+    assert tried(backend, "num_workers") == [1, 2, 4, 8, 16]
+    assert "num_workers=0: past where fewer stopped gaining" in outcome.unexplored
     assert not any("num_workers" in u and "plateau" in u for u in outcome.unexplored)
 
 
@@ -90,12 +110,12 @@ def test_batch_ladder_stops_at_once_on_a_loss():
 def test_batch_ladder_looks_past_one_flat_step():
     # GIVEN throughput flat from 32 to 64, then climbing again (lstm_collate: 64 sequences no faster than 32, but
     # 128 and 256 were)
-    gains = {16: 1.0, 32: 1.5, 64: 1.5, 128: 1.8, 256: 2.0, 512: 2.0, 1024: 2.0}
+    gains = {16: 1.0, 32: 1.5, 64: 1.5, 128: 1.8, 256: 2.0, 512: 2.0, 1024: 2.0, 2048: 2.0}
     outcome, backend = run_plan(lambda s: 1000.0 * gains[s["batch_size"]], workload=MLP, device=CPU_NO_BF16,
                                 search={"amp": ["off"]})
     # THEN the ladder goes on past 64 and keeps 256
     assert outcome.recommended.settings["batch_size"] == 256
-    assert tried(backend, "batch_size") == [16, 32, 64, 128, 256, 512, 1024]
+    assert tried(backend, "batch_size") == [16, 32, 64, 128, 256, 512, 1024, 2048]
 
 
 def test_oom_frontier_is_bisected_and_recorded():
@@ -230,7 +250,7 @@ def test_worker_ladder_finds_the_knee_of_an_io_bound_loader():
 
     outcome, backend = run_plan(io_rate, workload=MLP, baseline={"batch_size": 4096})
     assert outcome.recommended.settings["num_workers"] == 8  # the first ladder value at the plateau
-    assert tried(backend, "num_workers") == [0, 1, 2, 4, 8, 16, 32]  # two flat steps end it
+    assert tried(backend, "num_workers") == [0, 1, 2, 4, 8, 16, 32, 64]  # three flat steps end it
     assert outcome.speedup["median"] > 5
 
 

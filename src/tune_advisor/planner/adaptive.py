@@ -341,6 +341,12 @@ class AdaptivePlanner(Planner):
             else:  # a flat step ends the ladder if it lost clearly, or the rung before did not win either: one
                 # flat step can be a dip (lstm_collate's batch of 64 measured 0.96x of 32, and 128 and 256 paid)
                 stop = step_gain < 1 + MIN_GAIN and (stale >= 2 or step_gain < DUEL_FROM)
+                # ... and two can be: one lstm_collate run read 32 1.01x and 64 1.03x, stopped, and ended at 32 s
+                # of its 180 (its twin: 32 1.24x, 128 and 256 paying). While the budget could still walk the rest
+                # of the ladder, a plateau of two flat rungs earns one more.
+                rest = values[i + 1:]
+                if stop and stale == 2 and step_gain >= DUEL_FROM and rest and s.affordable(probes=2 * len(rest)):
+                    stop = False
             flat = result if best is not result and value > current.settings[name] else None
             if stop:
                 where = "the throughput plateau" if value > current.settings[name] else "where fewer stopped gaining"
