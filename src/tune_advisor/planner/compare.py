@@ -121,17 +121,19 @@ class Comparisons:
     def _lockstep(self, reference: ProbeResult, candidate: ProbeResult) -> list | None:
         """The lockstep duels of these two as (reference, candidate) pairs, whichever side each was run as, if
         every one of them ran in lockstep."""
-        ref, cand = settings_key(reference.settings), settings_key(candidate.settings)
-        duels = self._duels.get((ref, cand), []) + [(b, a) for a, b in self._duels.get((cand, ref), [])]
+        duels = self._duel_pairs(reference, candidate)
         return duels if duels and all("lockstep" in r.extra for pair in duels for r in pair) else None
+
+    def _duel_pairs(self, reference: ProbeResult, candidate: ProbeResult) -> list[tuple[ProbeResult, ProbeResult]]:
+        """Every duel of these two settings as (reference, candidate) pairs, whichever side each was run as."""
+        ref, cand = settings_key(reference.settings), settings_key(candidate.settings)
+        return self._duels.get((ref, cand), []) + [(b, a) for a, b in self._duels.get((cand, ref), [])]
 
     def _in_turn(self, reference: ProbeResult, candidate: ProbeResult) -> list[tuple[ProbeResult, ProbeResult]]:
         """The duels of these two run one after the other (not in lockstep), both sides measured, as (reference,
         candidate) pairs."""
-        ref, cand = settings_key(reference.settings), settings_key(candidate.settings)
-        duels = self._duels.get((ref, cand), []) + [(b, a) for a, b in self._duels.get((cand, ref), [])]
-        return [(a, b) for a, b in duels if a.ok and b.ok and a.measured and b.measured
-                and "lockstep" not in a.extra and "lockstep" not in b.extra]
+        return [(a, b) for a, b in self._duel_pairs(reference, candidate)
+                if all(r.ok and r.measured and "lockstep" not in r.extra for r in (a, b))]
 
     def describe_gain(self, reference: ProbeResult, candidate: ProbeResult, chained: bool = False) -> str:
         """The gain with its CI and where it comes from (`chained`: over the chain of lockstep wins)."""
