@@ -22,7 +22,8 @@ class FakeBackend:
     `rate(settings)` gives samples/s, a Status for a failing configuration, or a dict with `rate` and optionally
     `wait` (share of each step spent waiting for data), `memory` (peak bytes; default batch_size MiB), `loss`
     (the per-step losses; by default the same falling curve for every configuration, as a shared seed gives) and
-    `dense` (the profile's `dense_frac`, put on a baseline probe, the one the real run profiles).
+    `dense` (the profile's `dense_frac`, put on a baseline probe, the one the real run profiles) and `fetch_cpu`
+    (`extra.fetch_cpu_frac`: the loading thread's CPU share, recorded as the child does only without workers).
     Steps get seeded uniform jitter of ±`jitter` (2% by default).
 
     `moment(settings, role)` models the machine's speed states: the factor a probe run on its own is slowed by
@@ -103,6 +104,8 @@ class FakeBackend:
                              peak_memory_bytes=given.get("memory", bs * 2**20))
         if "dense" in given and role == "baseline":
             result.extra["profile"] = {"dense_frac": given["dense"]}
+        if "fetch_cpu" in given and settings["num_workers"] == 0:
+            result.extra["fetch_cpu_frac"] = given["fetch_cpu"]
         return result
 
 

@@ -36,6 +36,15 @@ def cpu_flags() -> list[str]:
     return []
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask: a container or `taskset` can give fewer than the
+    machine has), where loader workers and the training threads share the CPU."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity call on macOS and Windows
+        return os.cpu_count() or 1
+
+
 def compile_unavailable(device_type: str) -> str | None:
     """Why torch.compile's default backend (inductor) cannot build kernels here, or None when it can.
 

@@ -196,6 +196,7 @@ class DeviceFacts:
     tf32: bool = False  # CUDA compute capability >= 8.0 (Ampere+), where matmul_precision=high means TF32
     compile_unavailable: str | None = None  # why torch.compile cannot run here (no C++ compiler, no triton)
     world_size: int = 1  # processes of a DDP probe (--nproc-per-node x --nnodes)
+    cpu_cores: int | None = None  # cores the run may use (environment.usable_cores): what a CPU-bound loader can use
 
 
 @dataclass(frozen=True)

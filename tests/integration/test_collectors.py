@@ -88,3 +88,19 @@ def test_cli_probe_profile_prints_the_summary(cli, tmp_path, cached_peaks):
     assert result.exit_code == 0, result.output
     assert "of the measured fp32 peak" in result.output and "top host ops" in result.output
     assert (tmp_path / "probe.trace.json.gz").exists()
+
+
+def test_the_loading_threads_cpu_share_tells_a_cpu_bound_loader_from_one_waiting_on_storage(tmp_path, cached_peaks):
+    # GIVEN in-memory samples built by Python and collated (CPU work) and samples that each wait 3 ms for "storage"
+    _, busy = api.probe(LINEAR_CONV, {}, device="cpu", protocol=THREE_STEPS, workdir=tmp_path / "busy")
+    _, waiting = api.probe(WORKLOADS / "tiny_io.py", {}, device="cpu", protocol=THREE_STEPS,
+                           workdir=tmp_path / "waiting")
+    assert busy.ok and waiting.ok, (busy.error, waiting.error)
+    # THEN the planner's worker cap reads the first as CPU-bound and the second as mostly asleep
+    assert busy.extra["fetch_cpu_frac"] > 0.5
+    assert waiting.extra["fetch_cpu_frac"] < 0.2
+    # AND with loader workers the main thread only waits: nothing to read
+    _, workers = api.probe(WORKLOADS / "tiny_io.py", {"num_workers": 2}, device="cpu", protocol=THREE_STEPS,
+                           workdir=tmp_path / "workers")
+    assert workers.ok, workers.error
+    assert workers.extra["fetch_cpu_frac"] is None

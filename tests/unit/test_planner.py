@@ -1328,3 +1328,30 @@ def test_a_ladder_stopped_by_the_budget_says_stopped_once():
     assert planner._failure(stopped) == "stopped: the analysis budget (--budget) ran out 10.2 s into it"
     assert planner._failure(ProbeResult("p030", {"batch_size": 256}, Status.OOM, error="CUDA out of memory")) == \
         "oom: CUDA out of memory"
+
+
+def test_a_cpu_bound_loader_climbs_the_worker_ladder_only_one_rung_past_the_cores_it_can_use():
+    # GIVEN augment_cpu's shape on 2 cores: loading busy on a CPU 98% of each fetch (decoding, blurring), 1-8
+    # workers all within a few percent of each other past 2 (the grid: 968-1,126 samples/s)
+    rates = {0: 500.0, 1: 800.0, 2: 1000.0, 3: 1020.0, 4: 1000.0, 6: 990.0, 8: 980.0}
+
+    def rate(s, fetch_cpu):
+        return {"rate": rates[s["num_workers"]], "wait": 0.9 if s["num_workers"] == 0 else 0.4,
+                "fetch_cpu": fetch_cpu}
+
+    search = {"batch_size": [16], "amp": ["off"], "num_workers": list(rates)}
+    two_cores = DeviceFacts("cpu", bf16_supported=False, cpu_cores=2)
+    outcome, backend = run_plan(lambda s: rate(s, 0.98), workload=MLP, search=search, device=two_cores)
+    # THEN the ladder walks 1, 2 and one rung past the two cores, 3, and keeps what paid
+    assert tried(backend, "num_workers") == [0, 1, 2, 3]
+    assert outcome.recommended.settings["num_workers"] in (2, 3)
+    assert "num_workers=4: more than the cores can feed" in outcome.unexplored
+    assert any("kept its loading thread on a CPU 98% of the time, so about 2 workers fill the 2 cores" in d
+               for d in outcome.decisions)
+    # AND a loader waiting on storage (5% on a CPU) may use 40 workers' worth of 2 cores: the ladder is not cut
+    outcome, backend = run_plan(lambda s: rate(s, 0.05), workload=MLP, search=search, device=two_cores)
+    assert 4 in tried(backend, "num_workers")
+    assert not any("more than the cores can feed" in u for u in outcome.unexplored)
+    # AND where the cores are not known, nothing is cut either
+    outcome, backend = run_plan(lambda s: rate(s, 0.98), workload=MLP, search=search, device=CPU_NO_BF16)
+    assert 4 in tried(backend, "num_workers")

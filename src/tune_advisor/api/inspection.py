@@ -87,6 +87,8 @@ def device_facts(device: str) -> knobs.DeviceFacts:
         dev = torch.device(device)
         return knobs.DeviceFacts("cuda", torch.cuda.get_device_name(dev), bf16.native, bf16.reason,
                                  tf32=torch.cuda.get_device_capability(dev) >= (8, 0),
-                                 compile_unavailable=environment.compile_unavailable("cuda"))
+                                 compile_unavailable=environment.compile_unavailable("cuda"),
+                                 cpu_cores=environment.usable_cores())
     return knobs.DeviceFacts("cpu", environment.cpu_model(), bf16.native, bf16.reason,
-                             compile_unavailable=environment.compile_unavailable("cpu"))
+                             compile_unavailable=environment.compile_unavailable("cpu"),
+                             cpu_cores=environment.usable_cores())

@@ -78,6 +78,7 @@ class AdaptivePlanner(Planner):
         super().__init__(ctx, session)
         self.visits: Counter[str] = Counter()
         self.dense_frac: float | None = None  # from the baseline's profile, when it was profiled (search())
+        self.worker_cap: int | None = None  # the loader workers the cores can feed, when the baseline loaded in-process
         self.knobs = [k for k in ORDER if ctx.explore is None or k in ctx.explore]  # what this plan explores
         if ctx.explore is not None:
             self.decisions.append(f"exploring only {', '.join(self.knobs) or 'nothing'} (--knobs)")
@@ -90,6 +91,7 @@ class AdaptivePlanner(Planner):
             self.decisions.append(f"the baseline's profile: {self.dense_frac:.0%} of its compute (the step outside "
                                   "data loading) in matmuls, convolutions, attention and RNN cells, the part a "
                                   "precision knob speeds up")
+        self.worker_cap = self._worker_cap(base)
         current, done = base, set()
         while True:
             todo = [k for k in self.knobs if k not in done and self.visits[k] < MAX_VISITS]
@@ -135,6 +137,30 @@ class AdaptivePlanner(Planner):
                 reason = knobs.not_applicable(name, value, ctx.workload, ctx.device)
                 if reason and value != ctx.baseline[name]:
                     self.session.skip({**ctx.baseline, name: value}, f"knob:{name}", reason)
+
+    def _worker_cap(self, base: ProbeResult) -> int | None:
+        """How many loader workers the cores can keep busy, from the baseline's in-process loading: a worker whose
+        fetch keeps a core busy a share c of its time needs c of a core, so past cores / c more workers only queue
+        for the CPU (and take it from the training threads). None when not known: the baseline used workers (the
+        main thread then only waits), the cores are not known, or DDP ranks share them."""
+        c, cores = base.extra.get("fetch_cpu_frac"), self.ctx.device.cpu_cores
+        if c is None or not cores or self.ctx.device.world_size > 1 or "num_workers" not in self.knobs:
+            return None
+        cap = max(1, int(cores / max(c, 0.01)))
+        if any(v > cap for v in self._values("num_workers")):
+            self.decisions.append(f"num_workers: the baseline's batches kept its loading thread on a CPU {c:.0%} "
+                                  f"of the time, so about {cap} workers fill the {cores} cores; the worker ladder "
+                                  "goes one rung past that, no further")
+        return cap
+
+    def _within_cores(self, values: list) -> tuple[list, list]:
+        """`values` (worker counts, ascending) split into those worth a probe, up to the cap and the first past it
+        (it shows the decline, or that the cap was set too low), and the rest."""
+        if self.worker_cap is None:
+            return values, []
+        past = [v for v in self._values("num_workers") if v > self.worker_cap]
+        limit = min(past) if past else self.worker_cap
+        return [v for v in values if v <= limit], [v for v in values if v > limit]
 
     # --- which values and how promising ---------------------------------------------------------------------------
 
@@ -275,7 +301,11 @@ class AdaptivePlanner(Planner):
     def worker_ladder(self, current: ProbeResult) -> ProbeResult:
         start = current.settings["num_workers"]
         values = sorted(self.alternatives("num_workers", current))
-        ups = [v for v in values if v > start]
+        ups, beyond = self._within_cores([v for v in values if v > start])
+        for v in beyond:
+            why = f"num_workers={v}: more than the cores can feed"
+            if why not in self.session.unexplored:  # the ladder may be re-opened
+                self.session.unexplored.append(why)
         best = self._ladder("num_workers", current, ups)
         if best is current and start > 0:  # more did not help: maybe fewer do (oversubscribed cores)
             best = self._ladder("num_workers", current, [v for v in reversed(values) if v < start])
@@ -374,7 +404,7 @@ class AdaptivePlanner(Planner):
         if "num_workers" not in self.knobs or (rung.data_wait_frac() or 0.0) < MIN_DATA_WAIT:
             return None, False
         start = rung.settings["num_workers"]
-        ups = sorted(v for v in self.alternatives("num_workers", rung) if v > start)
+        ups = self._within_cores(sorted(v for v in self.alternatives("num_workers", rung) if v > start))[0]
         if not ups or not self.session.affordable(extra_s=self._ladder_extra_s("num_workers", rung, ups[0])):
             return None, False
         result = self.session.measure({**rung.settings, "num_workers": ups[0]}, "ladder:batch_size", best)

@@ -110,6 +110,9 @@ class Training:
         self.in_flight: dict[int, tuple] = {}  # step -> what the host saw of it, until the device has run it
         self.host_copy_s: list[float] = []  # measured steps: the host's time in the copy call, and the device's
         self.device_copy_s: list[float | None] = []
+        # Without workers the batches are loaded in this thread: the measured steps' fetches, wall and this thread's
+        # CPU time, tell a CPU-bound loader from one waiting on I/O (the planner's worker ladder, `fetch_cpu_frac`).
+        self.fetch_wall_s = self.fetch_cpu_s = 0.0
 
     def next_batch(self):
         try:
@@ -122,10 +125,13 @@ class Training:
     def step(self, step: int, record: bool) -> float:
         """One training step, global step `step`; `record`: a measured step, its figures kept. Returns its seconds;
         raises Diverged when the loss is not finite."""
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.thread_time()
         epoch = self.epochs
         host_batch = self.next_batch()
         t1 = time.perf_counter()
+        if record:
+            self.fetch_wall_s += t1 - t0
+            self.fetch_cpu_s += time.thread_time() - cpu0
         self.clock.copy_start()
         batch = apply.to_device(host_batch, self.device, self.non_blocking, self.channels_last)
         self.clock.copy_end()
@@ -254,6 +260,14 @@ class Training:
         finally:
             self.gpu_sampler.stop()
 
+    def _fetch_cpu_frac(self) -> float | None:
+        """Share of the measured fetches' wall time this thread spent on a CPU, when it loaded the batches itself
+        (no workers): near 1 for decoding and augmenting, near 0 for a loader waiting on storage or the network.
+        The main thread's time only, so the intra-op threads' spin after a step is not counted as loading."""
+        if self.settings["num_workers"] > 0 or self.fetch_wall_s <= 0:
+            return None
+        return min(1.0, self.fetch_cpu_s / self.fetch_wall_s)
+
     def record(self) -> None:
         """What the measured steps showed besides their figures: compile outcome, CPU use, epochs, noise, input
         shapes, debugging switches, the lockstep report, the knobs' evidence, memory peaks, the GPU's samples."""
@@ -268,6 +282,7 @@ class Training:
         extra.update({
             "measured_wall_s": wall,
             "cpu_util": self.cpu_used / wall / (psutil.cpu_count() or 1) if wall > 0 else None,
+            "fetch_cpu_frac": self._fetch_cpu_frac(),
             "epochs_started": self.epochs,
             "torch_threads": torch.get_num_threads(),
             "noise": wave_noise(raw["step_s"], period(settings["num_workers"], self.every)),
