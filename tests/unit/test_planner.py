@@ -1330,7 +1330,7 @@ def test_a_ladder_stopped_by_the_budget_says_stopped_once():
         "oom: CUDA out of memory"
 
 
-def test_a_cpu_bound_loader_climbs_the_worker_ladder_only_one_rung_past_the_cores_it_can_use():
+def test_a_cpu_bound_loader_climbs_the_worker_ladder_only_as_far_as_the_cores_it_can_use():
     # GIVEN augment_cpu's shape on 2 cores: loading busy on a CPU 98% of each fetch (decoding, blurring), 1-8
     # workers all within a few percent of each other past 2 (the grid: 968-1,126 samples/s)
     rates = {0: 500.0, 1: 800.0, 2: 1000.0, 3: 1020.0, 4: 1000.0, 6: 990.0, 8: 980.0}
@@ -1342,10 +1342,10 @@ def test_a_cpu_bound_loader_climbs_the_worker_ladder_only_one_rung_past_the_core
     search = {"batch_size": [16], "amp": ["off"], "num_workers": list(rates)}
     two_cores = DeviceFacts("cpu", bf16_supported=False, cpu_cores=2)
     outcome, backend = run_plan(lambda s: rate(s, 0.98), workload=MLP, search=search, device=two_cores)
-    # THEN the ladder walks 1, 2 and one rung past the two cores, 3, and keeps what paid
-    assert tried(backend, "num_workers") == [0, 1, 2, 3]
-    assert outcome.recommended.settings["num_workers"] in (2, 3)
-    assert "num_workers=4: more than the cores can feed" in outcome.unexplored
+    # THEN the ladder walks 1 and 2 workers, as many as the cores, and keeps what paid
+    assert tried(backend, "num_workers") == [0, 1, 2]
+    assert outcome.recommended.settings["num_workers"] == 2
+    assert "num_workers=3: more than the cores can feed" in outcome.unexplored
     assert any("kept its loading thread on a CPU 98% of the time, so about 2 workers fill the 2 cores" in d
                for d in outcome.decisions)
     # AND a loader waiting on storage (5% on a CPU) may use 40 workers' worth of 2 cores: the ladder is not cut
@@ -1355,3 +1355,7 @@ def test_a_cpu_bound_loader_climbs_the_worker_ladder_only_one_rung_past_the_core
     # AND where the cores are not known, nothing is cut either
     outcome, backend = run_plan(lambda s: rate(s, 0.98), workload=MLP, search=search, device=CPU_NO_BF16)
     assert 4 in tried(backend, "num_workers")
+    # AND where no listed count is within the cap, the smallest past it is still tried
+    outcome, backend = run_plan(lambda s: rate(s, 0.98), workload=MLP, device=two_cores,
+                                search={**search, "num_workers": [0, 4, 8]})
+    assert tried(backend, "num_workers") == [0, 4]

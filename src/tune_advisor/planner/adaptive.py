@@ -141,25 +141,26 @@ class AdaptivePlanner(Planner):
     def _worker_cap(self, base: ProbeResult) -> int | None:
         """How many loader workers the cores can keep busy, from the baseline's in-process loading: a worker whose
         fetch keeps a core busy a share c of its time needs c of a core, so past cores / c more workers only queue
-        for the CPU (and take it from the training threads). None when not known: the baseline used workers (the
-        main thread then only waits), the cores are not known, or DDP ranks share them."""
+        for the CPU and take it from the training threads (torch's DataLoader warns past the core count for the
+        same reason). None when not known: the baseline used workers (the main thread then only waits), the cores
+        are not known, or DDP ranks share them."""
         c, cores = base.extra.get("fetch_cpu_frac"), self.ctx.device.cpu_cores
         if c is None or not cores or self.ctx.device.world_size > 1 or "num_workers" not in self.knobs:
             return None
         cap = max(1, int(cores / max(c, 0.01)))
         if any(v > cap for v in self._values("num_workers")):
             self.decisions.append(f"num_workers: the baseline's batches kept its loading thread on a CPU {c:.0%} "
-                                  f"of the time, so about {cap} workers fill the {cores} cores; the worker ladder "
-                                  "goes one rung past that, no further")
+                                  f"of the time, so about {cap} workers fill the {cores} cores: the worker ladder "
+                                  "goes no further")
         return cap
 
     def _within_cores(self, values: list) -> tuple[list, list]:
-        """`values` (worker counts, ascending) split into those worth a probe, up to the cap and the first past it
-        (it shows the decline, or that the cap was set too low), and the rest."""
+        """`values` (worker counts, ascending) split into those worth a probe, up to the cap (or the smallest
+        count past it, where none is listed within it), and the rest."""
         if self.worker_cap is None:
             return values, []
-        past = [v for v in self._values("num_workers") if v > self.worker_cap]
-        limit = min(past) if past else self.worker_cap
+        candidates = [v for v in self._values("num_workers") if v > 0]
+        limit = self.worker_cap if any(v <= self.worker_cap for v in candidates) else min(candidates)
         return [v for v in values if v <= limit], [v for v in values if v > limit]
 
     # --- which values and how promising ---------------------------------------------------------------------------
