@@ -830,23 +830,41 @@ def test_exploring_probes_screen_and_no_probe_measures_past_the_budget():
     assert protocol_for("confirm:baseline", full, 1.0).max_time_s == 1.0
 
 
-def test_a_gain_still_inconclusive_after_a_duel_earns_more_up_to_three():
+def test_a_gain_still_inconclusive_after_a_duel_earns_more_up_to_three_and_to_six_while_the_budget_is_ample():
     from tune_advisor.analysis import stats
-    from tune_advisor.planner.compare import window_rate
+    from tune_advisor.planner.compare import MAX_DUELS, MAX_DUELS_AMPLE, window_rate
+
+    def rounds(outcome):
+        rechecks = [p for p in outcome.probes if p.role == "recheck"]
+        pairs = [(a, b) if a.settings["amp"] == "off" else (b, a) for a, b in zip(rechecks[::2], rechecks[1::2])]
+        return rechecks, stats.rounds_ratio_interval([window_rate(b) / window_rate(a) for a, b in pairs])
 
     # GIVEN bf16 truly 15% faster, steps jittering ±60%, and no lockstep (the duels run in turn)
-    outcome, backend = run_plan(lambda s: 1000.0 * (1.15 if s["amp"] == "bf16" else 1.0), workload=MLP,
-                                search={"batch_size": [16]}, jitter=0.6, device=CPU_AMP_ONLY, explore=("amp",))
-    # THEN one duel could not tell, so two more were run, who runs first alternating
-    rechecks = [p for p in outcome.probes if p.role == "recheck"]
+    def rate(s):
+        return 1000.0 * (1.15 if s["amp"] == "bf16" else 1.0)
+
+    # WHEN the budget (180 s of 5 s probes and the confirmation's reserve) is past its first half after three duels
+    outcome, _ = run_plan(rate, workload=MLP, search={"batch_size": [16]}, jitter=0.6, device=CPU_AMP_ONLY,
+                          explore=("amp",), budget_s=180)
+    # THEN one duel could not tell, so two more were run, who runs first alternating, and no more
+    rechecks, (median, low, _) = rounds(outcome)
     assert [p.settings["amp"] for p in rechecks] == ["off", "bf16", "bf16", "off", "off", "bf16"]
+    assert len(rechecks) == 2 * MAX_DUELS
     # AND their three rounds decided, by Student's t over the rounds' ratios: with steps this noisy, each round's
     # ratio swings too far for three of them to clear 1, so bf16 is not kept
-    pairs = [(a, b) if a.settings["amp"] == "off" else (b, a) for a, b in zip(rechecks[::2], rechecks[1::2])]
-    median, low, _ = stats.rounds_ratio_interval([window_rate(b) / window_rate(a) for a, b in pairs])
     assert median > 1.03 and low <= 1.0
     assert "amp: no value beat (baseline) beyond the noise" in outcome.decisions
     assert outcome.recommended.settings["amp"] == "off"
+
+    # WHEN the budget stays ample (none given): the gain, still promising, earns duels up to six, and six rounds
+    # of the same noise clear 1, so bf16 is kept, by the same t over the rounds
+    outcome, _ = run_plan(rate, workload=MLP, search={"batch_size": [16]}, jitter=0.6, device=CPU_AMP_ONLY,
+                          explore=("amp",))
+    rechecks, (median, low, _) = rounds(outcome)
+    assert len(rechecks) == 2 * MAX_DUELS_AMPLE
+    assert median > 1.03 and low > 1.0
+    assert any(d.startswith(f"amp: kept amp=bf16 ({median:.2f}x [{low:.2f}") and "over 6 rounds in turn" in d
+               for d in outcome.decisions)
 
 
 def test_duels_in_turn_are_judged_over_their_rounds_so_the_machines_swings_cancel():

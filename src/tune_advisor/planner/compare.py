@@ -23,6 +23,13 @@ DUEL_FROM = 0.9
 LOADER_DUEL_FROM = 0.75  # a loader-bound pipeline is bursty: its short screening probes swing further
 CLEAR_GAIN = 1.5
 MAX_DUELS = 3  # per comparison: a gain still inconclusive after a duel earns another, up to this many
+# ... and up to this many while the plan is in the first half of its budget: a plan that ends with most of its budget
+# unused on an open question has wasted the user's wait. One augment_cpu run read 2 loader workers over none at
+# 1.08x, 1.10x and 1.02x in three rounds in turn (t: about [0.97, 1.17]), kept nothing and, its step 96% waiting for
+# data, ended at 33 s of 180 (its twin run kept 2 workers, the grid's best). Further looks while the gain stays
+# promising let noise through a little more often than one test would (a false 3% gain needs a run of lucky rounds
+# past the 95% bound); the ablation and the confirmation measure every kept change again.
+MAX_DUELS_AMPLE = 6
 MIN_RUNS = 3  # runs per side from which their spread, not the steps', measures the noise (duels in turn add them)
 # Duels in turn from which their rounds decide (Student's t over the rounds' ratios: two rounds are rarely enough,
 # so an inconclusive second earns a third): a round's two runs are seconds apart, so the machine's slower swings
@@ -70,19 +77,21 @@ class Comparisons:
         Separate probes decide only the clear cases (a ratio under `duel_from`, or from CLEAR_GAIN). Between
         them both are measured again in a duel, together in lockstep where they can be; a gain still promising
         but inconclusive after it (loader-bound probes are bursty) earns another, up to MAX_DUELS, while the
-        budget allows. Without the budget for one, the evidence so far decides."""
+        budget allows (MAX_DUELS_AMPLE while it is ample). Without the budget for one, the evidence so far
+        decides."""
         median, low, _ = self.gain(reference, candidate)
         unknown = median != median  # failed, or no measures of one kind (alone / paired) on both sides
         if (unknown and not (reference.ok and candidate.ok)) or median < duel_from or (
                 median >= CLEAR_GAIN and low >= 1 + MIN_GAIN):
             return self._won(reference, candidate)
-        asked = self._duels.get((settings_key(reference.settings), settings_key(candidate.settings)), [])
-        for _ in range(MAX_DUELS - len(asked)):
+        key = (settings_key(reference.settings), settings_key(candidate.settings))
+        while (asked := len(self._duels.get(key, []))) < MAX_DUELS_AMPLE:
             dueled = self.dueled(reference, candidate)
             if dueled and not (median >= 1 + MIN_GAIN and low <= 1.0):
                 break  # decided
             again_s = max(0.0, plain_wall(reference) + plain_wall(candidate) - 2 * self.typical_probe_s())
-            if not self.affordable(2, extra_s=again_s):
+            within = 1.0 if asked < MAX_DUELS else 0.5  # past MAX_DUELS: in the budget's first half only
+            if not self.affordable(2, extra_s=again_s, within=within):
                 break
             a, b = self.duel(reference, candidate, first=sum(map(len, self._duels.values())) % 2)  # alternate
             if not (a.ok and b.ok):

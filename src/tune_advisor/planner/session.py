@@ -116,13 +116,14 @@ class Session(Comparisons):
         walls = [plain_wall(p) for p in self.probes if p.wall_s > 0]
         return sum(walls) / len(walls) if walls else 0.0
 
-    def affordable(self, probes: int = 1, extra_s: float = 0.0) -> bool:
+    def affordable(self, probes: int = 1, extra_s: float = 0.0, within: float = 1.0) -> bool:
         """Whether `probes` more (costing `extra_s` beyond typical probes: compilation), and then the
-        confirmation, fit in what is left of the budget."""
+        confirmation, fit in what is left of the budget (of its first `within` share, for work the plan does only
+        while the budget is ample)."""
         if self.budget_s is None:
             return True
         needed = probes * self.typical_probe_s() + extra_s + self.confirmation_s()
-        return self.elapsed() + needed <= self.budget_s
+        return self.elapsed() + needed <= self.budget_s * within
 
     def time_left(self, role: str) -> float | None:
         """How long a probe of `role` may still run before the budget ends (None: no budget). The runner kills it
