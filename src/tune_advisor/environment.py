@@ -99,6 +99,7 @@ def collect(device: str) -> dict[str, Any]:
         "cpu_flags": cpu_flags(),
         "native_types": native.to_dict(),
         "cpu_count": os.cpu_count(),
+        "usable_cores": usable_cores(),
         "memory_total_bytes": psutil.virtual_memory().total,
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),

@@ -217,6 +217,13 @@ class WorkloadFacts:
 
 
 LOADER_KNOBS = ("persistent_workers", "prefetch_factor")  # DataLoader arguments that exist only with workers
+
+
+def workers_the_cores_feed(fetch_cpu_frac: float, cores: int) -> int:
+    """Loader workers that `cores` keep busy when loading keeps a thread on a CPU `fetch_cpu_frac` of the time
+    (results.json `extra.fetch_cpu_frac`): each worker needs that share of a core, so past cores / share more
+    workers only queue for the CPU and take it from the training threads."""
+    return max(1, int(cores / max(fetch_cpu_frac, 0.01)))
 DDP_KNOBS = ("ddp_bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "ddp_backend")
 
 

@@ -258,3 +258,23 @@ def test_ta504_claims_no_speedup_for_a_compile_that_compiled_no_graph():
     assert "compiled no graph (Attempted to wrap RNN, GRU, or LSTM), so the model ran eagerly" in found["message"]
     assert "leave it off" in found["message"] and found["fix"]["settings"] == {}
     assert found["gain"]["measured"] is False
+
+
+def test_input_pipeline_bound_says_when_cpu_bound_loading_already_fills_the_cores():
+    def with_loading(share, cores):
+        doc = load("io_bound")
+        doc["environment"]["usable_cores"] = cores
+        baseline = next(p for p in doc["probes"] if p["id"] == "p001")
+        baseline.setdefault("extra", {})["fetch_cpu_frac"] = share
+        return {f["code"]: f for f in evaluate(doc)}["TA101"]
+
+    # GIVEN the same run as if its baseline's loading had kept its thread on a CPU 99% of each fetch, on 2 cores
+    finding = with_loading(0.99, 2)
+    # THEN the planner's 8 workers already fill the cores: the finding says cheaper loading or more cores pay
+    assert finding["fix"]["settings"] == {"num_workers": 8}
+    assert ("the loading kept its thread on a CPU 99% of each fetch, so about 2 workers fill the 2 cores: past "
+            "them, cheaper preprocessing or more cores pay, not more workers") in finding["message"]
+    assert finding["evidence"]["workers_the_cores_feed"] == 2 and finding["evidence"]["fetch_cpu_frac"] == 0.99
+    # AND loading that waits on storage (2% on a CPU: 100 workers' worth of 2 cores) gets no such line
+    finding = with_loading(0.02, 2)
+    assert "fill the" not in finding["message"] and finding["evidence"]["workers_the_cores_feed"] == 100

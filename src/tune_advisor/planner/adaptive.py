@@ -147,7 +147,7 @@ class AdaptivePlanner(Planner):
         c, cores = base.extra.get("fetch_cpu_frac"), self.ctx.device.cpu_cores
         if c is None or not cores or self.ctx.device.world_size > 1 or "num_workers" not in self.knobs:
             return None
-        cap = max(1, int(cores / max(c, 0.01)))
+        cap = knobs.workers_the_cores_feed(c, cores)
         if any(v > cap for v in self._values("num_workers")):
             self.decisions.append(f"num_workers: the baseline's batches kept its loading thread on a CPU {c:.0%} "
                                   f"of the time, so about {cap} workers fill the {cores} cores: the worker ladder "

@@ -242,6 +242,11 @@ class Context:
     def cpu_count(self) -> int | None:
         return self.environment.get("cpu_count")
 
+    @property
+    def usable_cores(self) -> int | None:
+        """The cores the run could use (its affinity mask; older results: the machine's)."""
+        return self.environment.get("usable_cores") or self.cpu_count
+
     def memory_capacity(self) -> tuple[int, str] | None:
         """(bytes, where the figure comes from) of the memory the probes may fill, or None when unknown."""
         budget = (self.document.get("budget") or {}).get("memory_budget_bytes")

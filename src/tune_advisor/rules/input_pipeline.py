@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from .. import snippets
+from .. import knobs, snippets
 from ..analysis import stats
 from ..fmt import fmt_rate
 from .context import Config, Context, Finding, Gain
@@ -35,7 +35,10 @@ def input_pipeline_bound(ctx: Context) -> Finding | None:
         equal to the baseline but for `num_workers`) upwards, keeping each value whose throughput beats the best
         so far by at least 3% with a ratio CI above 1 (`analysis.stats.ratio_ci` over the raw `items` and
         `step_s`). The gain is the measured ratio knee / baseline. Without a ladder the gain is estimated as
-        the upper bound `1 / (1 - data_wait_frac)` (all waiting removed) and labelled so.
+        the upper bound `1 / (1 - data_wait_frac)` (all waiting removed) and labelled so. Where the baseline
+        loaded without workers, its `extra.fetch_cpu_frac` (the loading thread's CPU share) and the usable cores
+        (`environment.usable_cores`) give the workers the cores can feed (cores / share); a pick at or past that
+        count is said to fill the cores.
 
     Fix:
         Set `num_workers` to the knee (or the planner's choice, when it recommends one) in your DataLoader;
@@ -45,6 +48,11 @@ def input_pipeline_bound(ctx: Context) -> Finding | None:
     Example:
         `waiting for the next batch takes 99% of each step at num_workers=0; num_workers=8 (the knee of the
         loader ladder) trains 6.82x [5.65, 8.24] faster`
+
+        Where the loading is CPU work (`extra.fetch_cpu_frac` of the baseline, without workers) and the pick
+        already uses the workers the cores can feed: `...; num_workers=2 (the planner's choice) trains 1.17x
+        [1.03, 1.38] faster; the loading kept its thread on a CPU 100% of each fetch, so about 2 workers fill the
+        2 cores: past them, cheaper preprocessing or more cores pay, not more workers`
 
         ```python
         loader = DataLoader(dataset, shuffle=True, batch_size=32, num_workers=8, persistent_workers=True)
@@ -60,12 +68,17 @@ def input_pipeline_bound(ctx: Context) -> Finding | None:
     evidence = {"data_wait_frac": round(wait, 4), "num_workers": workers, "knee_num_workers": knee["num_workers"],
                 "throughput_by_num_workers": ladder, "unit": ctx.unit}
     head = f"waiting for the next batch takes {wait:.0%} of each step at num_workers={workers}"
+    cap = _workers_the_cores_feed(ctx, base)
+    if cap is not None:
+        evidence.update({"fetch_cpu_frac": round(base.extra("fetch_cpu_frac"), 3), "usable_cores": ctx.usable_cores,
+                         "workers_the_cores_feed": cap})
     if knee is base:
         gain = Gain.estimated(1 / (1 - wait) if wait < 1 else None,
                               "upper bound if all data wait were removed; no larger num_workers beat the baseline")
         tried = f"; no larger num_workers measured better ({', '.join(map(str, ladder))} tried)" if len(ladder) > 1 \
             else "; no num_workers ladder was measured"
-        return Finding(head + tried, evidence, {}, snippets.dataloader(base.settings, ctx.cuda), gain, base.ids)
+        return Finding(head + tried + _cpu_bound(ctx, base, cap, max(ladder)), evidence, {},
+                       snippets.dataloader(base.settings, ctx.cuda), gain, base.ids)
     # The planner's choice of workers, when it made one, outranks this reading of the ladder: it was kept in
     # comparisons measured side by side, and the report must name one value.
     rec = ctx.recommended
@@ -74,10 +87,28 @@ def input_pipeline_bound(ctx: Context) -> Finding | None:
     pick, why = (chosen, "the planner's choice") if chosen is not None else (knee, "the knee of the loader ladder")
     gain = ctx.gain(base, pick)
     top = pick["num_workers"] == max(ladder)
-    message = (f"{head}; num_workers={pick['num_workers']} ({why}) trains {gain.text()} "
-               f"faster" + (" and was the largest value tried: larger ones may gain more" if top else ""))
+    fed = cap is not None and pick["num_workers"] >= cap  # the cores are busy: more workers would only queue
+    message = (f"{head}; num_workers={pick['num_workers']} ({why}) trains {gain.text()} faster"
+               + (_cpu_bound(ctx, base, cap, pick["num_workers"]) if fed else
+                  " and was the largest value tried: larger ones may gain more" if top else ""))
     fix = {"num_workers": pick["num_workers"]}
     return Finding(message, evidence, fix, snippets.dataloader({**base.settings, **fix}, ctx.cuda), gain, pick.ids)
+
+
+def _workers_the_cores_feed(ctx: Context, base: Config) -> int | None:
+    """The workers the cores can keep busy, from the baseline's in-process loading (as the planner caps its
+    ladder); None where that was not measured (the baseline used workers) or the cores are not known."""
+    share, cores = base.extra("fetch_cpu_frac"), ctx.usable_cores
+    return knobs.workers_the_cores_feed(share, cores) if share is not None and cores else None
+
+
+def _cpu_bound(ctx: Context, base: Config, cap: int | None, largest: int) -> str:
+    """What to say when the largest worker count measured already fills the cores with CPU-bound loading."""
+    if cap is None or largest < cap:
+        return ""
+    return (f"; the loading kept its thread on a CPU {base.extra('fetch_cpu_frac'):.0%} of each fetch, so about "
+            f"{cap} workers fill the {ctx.usable_cores} cores: past them, cheaper preprocessing or more cores pay, "
+            "not more workers")
 
 
 @rule("TA102", "loader-oversubscribed", "warning")
