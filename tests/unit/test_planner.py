@@ -1377,3 +1377,25 @@ def test_a_cpu_bound_loader_climbs_the_worker_ladder_only_as_far_as_the_cores_it
     outcome, backend = run_plan(lambda s: rate(s, 0.98), workload=MLP, device=two_cores,
                                 search={**search, "num_workers": [0, 4, 8]})
     assert tried(backend, "num_workers") == [0, 4]
+
+
+def test_only_a_gain_over_the_baseline_earns_duels_past_three():
+    from tune_advisor.planner.compare import MAX_DUELS, MAX_DUELS_AMPLE, settings_key
+
+    # GIVEN bf16 truly 15% faster, short runs (4 steps) jittering ±60%, no lockstep, no budget (ample): a gain that
+    # stays promising and open for six duels
+    def compare(start_is_baseline):
+        backend = FakeBackend(lambda s: 1000.0 * (1.15 if s["amp"] == "bf16" else 1.0), steps=4, jitter=0.6,
+                              can_pair=False)
+        session = Session(backend, clock=FakeClock())
+        base = knobs.full_settings({"batch_size": 16})
+        start, other = session.run(base, "baseline"), session.run({**base, "batch_size": 32}, "knob")
+        session.baseline = start if start_is_baseline else other  # the same probes either way: only this differs
+        candidate = session.run({**base, "amp": "bf16"}, "knob:amp")
+        session.beats(start, candidate)
+        return len(session._duels[(settings_key(start.settings), settings_key(candidate.settings))])
+
+    # THEN the comparison against the baseline earns duels up to six
+    assert compare(start_is_baseline=True) == MAX_DUELS_AMPLE
+    # AND the same comparison from another start (a change already kept) stops at three
+    assert compare(start_is_baseline=False) == MAX_DUELS

@@ -23,12 +23,15 @@ DUEL_FROM = 0.9
 LOADER_DUEL_FROM = 0.75  # a loader-bound pipeline is bursty: its short screening probes swing further
 CLEAR_GAIN = 1.5
 MAX_DUELS = 3  # per comparison: a gain still inconclusive after a duel earns another, up to this many
-# ... and up to this many while the plan is in the first half of its budget: a plan that ends with most of its budget
-# unused on an open question has wasted the user's wait. One augment_cpu run read 2 loader workers over none at
+# ... and up to this many for a gain over the baseline while the plan is in the first half of its budget: until a
+# change is kept, an open comparison decides whether the run has any advice at all, and a plan that ends with most
+# of its budget unused on one has wasted the user's wait. One augment_cpu run read 2 loader workers over none at
 # 1.08x, 1.10x and 1.02x in three rounds in turn (t: about [0.97, 1.17]), kept nothing and, its step 96% waiting for
-# data, ended at 33 s of 180 (its twin run kept 2 workers, the grid's best). Further looks while the gain stays
-# promising let noise through a little more often than one test would (a false 3% gain needs a run of lucky rounds
-# past the 95% bound); the ablation and the confirmation measure every kept change again.
+# data, ended at 33 s of 180 (its twin run kept 2 workers, the grid's best). Past the first kept change the later
+# knobs use the budget anyway: two hf_trainer runs spent a fourth duel each on 2 loader workers over 1 (rounds
+# 1.12x, 1.09x, 0.91x, then 0.88x) and had no budget left for batch 32 with 2 workers, the grid's best. Further
+# looks while the gain stays promising let noise through a little more often than one test would (a false 3% gain
+# needs a run of lucky rounds past the 95% bound); the ablation and the confirmation measure every kept change again.
 MAX_DUELS_AMPLE = 6
 MIN_RUNS = 3  # runs per side from which their spread, not the steps', measures the noise (duels in turn add them)
 # Duels in turn from which their rounds decide (Student's t over the rounds' ratios: two rounds are rarely enough,
@@ -41,7 +44,7 @@ MIN_ROUNDS_IN_TURN = 2
 
 class Comparisons:
     """The noise-aware comparison of two probes' settings. Uses its host's (the Session's) `runs`, `samples`,
-    `common_kind`, `duel`, `affordable`, `typical_probe_s`, `_duels` and `_lockstep_wins`."""
+    `common_kind`, `duel`, `affordable`, `is_baseline`, `typical_probe_s`, `_duels` and `_lockstep_wins`."""
 
     def gain(self, reference: ProbeResult, candidate: ProbeResult) -> tuple[float, float, float]:
         """Throughput ratio candidate/reference: (median, ci_low, ci_high); NaNs when either failed. From their
@@ -77,8 +80,8 @@ class Comparisons:
         Separate probes decide only the clear cases (a ratio under `duel_from`, or from CLEAR_GAIN). Between
         them both are measured again in a duel, together in lockstep where they can be; a gain still promising
         but inconclusive after it (loader-bound probes are bursty) earns another, up to MAX_DUELS, while the
-        budget allows (MAX_DUELS_AMPLE while it is ample). Without the budget for one, the evidence so far
-        decides."""
+        budget allows (a gain over the baseline up to MAX_DUELS_AMPLE while the budget is ample). Without the
+        budget for one, the evidence so far decides."""
         median, low, _ = self.gain(reference, candidate)
         unknown = median != median  # failed, or no measures of one kind (alone / paired) on both sides
         if (unknown and not (reference.ok and candidate.ok)) or median < duel_from or (
@@ -90,6 +93,8 @@ class Comparisons:
             if dueled and not (median >= 1 + MIN_GAIN and low <= 1.0):
                 break  # decided
             again_s = max(0.0, plain_wall(reference) + plain_wall(candidate) - 2 * self.typical_probe_s())
+            if asked >= MAX_DUELS and not self.is_baseline(reference):
+                break
             within = 1.0 if asked < MAX_DUELS else 0.5  # past MAX_DUELS: in the budget's first half only
             if not self.affordable(2, extra_s=again_s, within=within):
                 break

@@ -116,6 +116,10 @@ class Session(Comparisons):
         walls = [plain_wall(p) for p in self.probes if p.wall_s > 0]
         return sum(walls) / len(walls) if walls else 0.0
 
+    def is_baseline(self, probe: ProbeResult) -> bool:
+        """Whether `probe` measured the baseline's settings (the plan's start)."""
+        return self.baseline is not None and probe.settings == self.baseline.settings
+
     def affordable(self, probes: int = 1, extra_s: float = 0.0, within: float = 1.0) -> bool:
         """Whether `probes` more (costing `extra_s` beyond typical probes: compilation), and then the
         confirmation, fit in what is left of the budget (of its first `within` share, for work the plan does only
