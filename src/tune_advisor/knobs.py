@@ -217,6 +217,7 @@ class WorkloadFacts:
 
 
 LOADER_KNOBS = ("persistent_workers", "prefetch_factor")  # DataLoader arguments that exist only with workers
+DDP_KNOBS = ("ddp_bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "ddp_backend")
 
 
 def workers_the_cores_feed(fetch_cpu_frac: float, cores: int) -> int:
@@ -224,7 +225,6 @@ def workers_the_cores_feed(fetch_cpu_frac: float, cores: int) -> int:
     (results.json `extra.fetch_cpu_frac`): each worker needs that share of a core, so past cores / share more
     workers only queue for the CPU and take it from the training threads."""
     return max(1, int(cores / max(fetch_cpu_frac, 0.01)))
-DDP_KNOBS = ("ddp_bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "ddp_backend")
 
 
 def not_applicable(name: str, value: Any, workload: WorkloadFacts, device: DeviceFacts,
