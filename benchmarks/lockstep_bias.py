@@ -8,7 +8,8 @@ ratios over that of the ratios alone, with the spread of a setting's rate betwee
 model and flags first. About 1 minute a round for cnn, 20 s for tiny_batch_mlp, on 2 cores.
 
     python benchmarks/lockstep_bias.py [--rounds 4] [CASE ...]   (cases: cnn, tiny_batch_mlp, lstm_collate,
-                                                                 lstm_collate_256, varlen_transformer, cnn_128)
+                                                                 lstm_collate_256, varlen_transformer, cnn_128,
+                                                                 augment_cpu_128)
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from tune_advisor.probe.runner import run_probe
 from tune_advisor.probe.spec import ProbeSpec, Protocol
 
 ROOT = Path(__file__).resolve().parents[1]
-CASES = {  # case -> (fixture, the candidate's changes over its BASELINE: what its analyses recommend)
+CASES = {  # case -> (fixture, the candidate's changes over its BASELINE: what its analyses recommend[, the reference's])
     "cnn": ("cnn", {"batch_size": 128, "amp": "bf16", "channels_last": True}),
     "tiny_batch_mlp": ("tiny_batch_mlp", {"batch_size": 512, "amp": "bf16"}),
     # padded batches: its reported speedups read high (issue 20); at batch 256 a step is ~10x the baseline's
@@ -38,6 +39,9 @@ CASES = {  # case -> (fixture, the candidate's changes over its BASELINE: what i
     # batch changes whose steps are 1.5-2x apart: reproducibility misses at d29d05d (reported 5-7% high)
     "varlen_transformer": ("varlen_transformer", {"batch_size": 64}),
     "cnn_128": ("cnn", {"batch_size": 128}),
+    # a batch rung with CPU-bound loader workers on both sides: a paused side's workers refill their queue during
+    # the partner's turn (one augment_cpu run read 128 over 64 at 1.10x, 1.11x and 1.01x in lockstep; its grid 1.13x)
+    "augment_cpu_128": ("augment_cpu", {"batch_size": 128, "num_workers": 2}, {"batch_size": 64, "num_workers": 2}),
 }
 
 
@@ -65,11 +69,12 @@ def gmean(values: list[float]) -> float:
 
 
 def case(name: str, rounds: int) -> None:
-    fixture, changes = CASES[name]
+    fixture, changes, *reference = CASES[name]
     probes = Probes(fixture, Path(tempfile.mkdtemp(prefix=f"lockstep-bias-{name}-")))
-    base = dict(probes.info.baseline)
+    base = {**probes.info.baseline, **(reference[0] if reference else {})}
     cand = {**base, **changes}
-    print(f"{name}: {fixture}, {knobs.describe(changes)} against the baseline", flush=True)
+    against = knobs.describe(reference[0]) if reference else "the baseline"
+    print(f"{name}: {fixture}, {knobs.describe(changes)} against {against}", flush=True)
     paired, alone, apart, rates = [], [], [], {"baseline": [], "candidate": []}
     for i in range(rounds):
         a, b, steps = probes.pair(base, cand, first=i % 2)

@@ -1399,3 +1399,21 @@ def test_only_a_gain_over_the_baseline_earns_duels_past_three():
     assert compare(start_is_baseline=True) == MAX_DUELS_AMPLE
     # AND the same comparison from another start (a change already kept) stops at three
     assert compare(start_is_baseline=False) == MAX_DUELS
+
+
+def test_a_reopened_worker_ladder_only_climbs():
+    # GIVEN a CPU-bound loader on 2 cores (2 workers the most it can use) and a batch of 32 that pays 1.3x
+    rates = {0: 500.0, 1: 800.0, 2: 1000.0, 3: 1000.0, 4: 1000.0}
+
+    def rate(s):
+        return {"rate": rates[s["num_workers"]] * (1.3 if s["batch_size"] == 32 else 1.0),
+                "wait": 0.9 if s["num_workers"] == 0 else 0.4, "fetch_cpu": 0.98}
+
+    outcome, backend = run_plan(rate, workload=MLP, device=DeviceFacts("cpu", bf16_supported=False, cpu_cores=2),
+                                search={"batch_size": [16, 32], "amp": ["off"], "num_workers": list(rates)})
+    assert outcome.recommended.settings["num_workers"] == 2 and outcome.recommended.settings["batch_size"] == 32
+    # THEN once batch 32 re-opens the loader ladder, it does not walk back down to fewer workers
+    ladder = [p for p in outcome.probes if p.role == "ladder:num_workers"]
+    assert [(p.settings["batch_size"], p.settings["num_workers"]) for p in ladder] == [(16, 1), (16, 2)]
+    assert any(d.startswith("num_workers: skipped: a re-opened loader ladder only climbs") and
+               d.endswith("that the cores can feed") for d in outcome.decisions)

@@ -212,6 +212,10 @@ class AdaptivePlanner(Planner):
             if wait < MIN_DATA_WAIT:
                 return Prospect(1.0, f"the step waits for data only {wait:.1%} of the time: more loader workers "
                                      f"cannot gain {MIN_GAIN:.0%}")
+            if self.visits[name] and not self._worker_ups(current):
+                return Prospect(1.0, "a re-opened loader ladder only climbs (a larger batch or faster compute asks "
+                                     "more of the loader), and no larger worker count is left"
+                                     + (" that the cores can feed" if self.worker_cap is not None else ""))
             return Prospect(1 / (1 - 0.9 * wait))
         if name == "amp":
             # bf16 applies only where it is native (knobs.not_applicable); on a CPU that emulates it, what is left
@@ -299,16 +303,24 @@ class AdaptivePlanner(Planner):
                 best = result
         return best
 
+    def _worker_ups(self, current: ProbeResult) -> list:
+        """The larger worker counts worth a probe on top of `current` (the cores can feed them)."""
+        start = current.settings["num_workers"]
+        return self._within_cores(sorted(v for v in self.alternatives("num_workers", current) if v > start))[0]
+
     def worker_ladder(self, current: ProbeResult) -> ProbeResult:
         start = current.settings["num_workers"]
         values = sorted(self.alternatives("num_workers", current))
-        ups, beyond = self._within_cores([v for v in values if v > start])
-        for v in beyond:
+        ups = self._worker_ups(current)
+        for v in values:
             why = f"num_workers={v}: more than the cores can feed"
-            if why not in self.session.unexplored:  # the ladder may be re-opened
+            if v > start and v not in ups and why not in self.session.unexplored:  # the ladder may be re-opened
                 self.session.unexplored.append(why)
         best = self._ladder("num_workers", current, ups)
-        if best is current and start > 0:  # more did not help: maybe fewer do (oversubscribed cores)
+        # More did not help: maybe fewer do (a baseline oversubscribing the cores). Only on the first visit: a
+        # re-opened ladder follows a larger batch or faster compute, which ask more of the loader, not less (one
+        # augment_cpu run walked 2 -> 1 -> 0 workers again after batch 64 and 128: six probes, 25 s of its 180).
+        if best is current and start > 0 and self.visits["num_workers"] <= 1:
             best = self._ladder("num_workers", current, [v for v in reversed(values) if v < start])
         return best
 
@@ -404,8 +416,7 @@ class AdaptivePlanner(Planner):
         Returns (that probe, whether it beats the best), or (None, False) when it is not measured."""
         if "num_workers" not in self.knobs or (rung.data_wait_frac() or 0.0) < MIN_DATA_WAIT:
             return None, False
-        start = rung.settings["num_workers"]
-        ups = self._within_cores(sorted(v for v in self.alternatives("num_workers", rung) if v > start))[0]
+        ups = self._worker_ups(rung)
         if not ups or not self.session.affordable(extra_s=self._ladder_extra_s("num_workers", rung, ups[0])):
             return None, False
         result = self.session.measure({**rung.settings, "num_workers": ups[0]}, "ladder:batch_size", best)
