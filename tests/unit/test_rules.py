@@ -275,6 +275,19 @@ def test_input_pipeline_bound_says_when_cpu_bound_loading_already_fills_the_core
     assert ("the loading kept its thread on a CPU 99% of each fetch, so about 2 workers fill the 2 cores: past "
             "them, cheaper preprocessing or more cores pay, not more workers") in finding["message"]
     assert finding["evidence"]["workers_the_cores_feed"] == 2 and finding["evidence"]["fetch_cpu_frac"] == 0.99
+    # AND where no worker count beat the baseline, the estimated bound spreads the loading over those 2 workers,
+    # not "all waiting removed"
+    doc = load("io_bound")
+    doc["environment"]["usable_cores"] = 2
+    doc["recommended"] = None
+    doc["probes"] = [p for p in doc["probes"] if p["settings"]["num_workers"] == 0]
+    for p in doc["probes"]:
+        p.setdefault("extra", {})["fetch_cpu_frac"] = 0.99
+    alone = {f["code"]: f for f in evaluate(doc)}["TA101"]
+    wait = alone["evidence"]["data_wait_frac"]
+    assert alone["gain"]["measured"] is False
+    assert alone["gain"]["speedup"] == pytest.approx(1 / ((1 - wait) + wait / 2), rel=1e-3)
+    assert "spread over the 2 workers the cores can feed" in alone["gain"]["basis"]
     # AND loading that waits on storage (2% on a CPU: 100 workers' worth of 2 cores) gets no such line
     finding = with_loading(0.02, 2)
     assert "fill the" not in finding["message"] and finding["evidence"]["workers_the_cores_feed"] == 100

@@ -35,7 +35,8 @@ def input_pipeline_bound(ctx: Context) -> Finding | None:
         equal to the baseline but for `num_workers`) upwards, keeping each value whose throughput beats the best
         so far by at least 3% with a ratio CI above 1 (`analysis.stats.ratio_ci` over the raw `items` and
         `step_s`). The gain is the measured ratio knee / baseline. Without a ladder the gain is estimated as
-        the upper bound `1 / (1 - data_wait_frac)` (all waiting removed) and labelled so. Where the baseline
+        the upper bound `1 / (1 - data_wait_frac)` (all waiting removed; with CPU-bound loading, spread over the
+        workers the cores can feed: `1 / ((1 - w) + w / workers)`) and labelled so. Where the baseline
         loaded without workers, its `extra.fetch_cpu_frac` (the loading thread's CPU share) and the usable cores
         (`environment.usable_cores`) give the workers the cores can feed (cores / share); a pick at or past that
         count is said to fill the cores.
@@ -73,8 +74,12 @@ def input_pipeline_bound(ctx: Context) -> Finding | None:
         evidence.update({"fetch_cpu_frac": round(base.extra("fetch_cpu_frac"), 3), "usable_cores": ctx.usable_cores,
                          "workers_the_cores_feed": cap})
     if knee is base:
-        gain = Gain.estimated(1 / (1 - wait) if wait < 1 else None,
-                              "upper bound if all data wait were removed; no larger num_workers beat the baseline")
+        if cap is not None and workers == 0:  # the loading can be spread over `cap` workers at most
+            gain = Gain.estimated(1 / ((1 - wait) + wait / cap), f"upper bound if the loading were spread over the "
+                                  f"{cap} workers the cores can feed; no larger num_workers beat the baseline")
+        else:
+            gain = Gain.estimated(1 / (1 - wait) if wait < 1 else None,
+                                  "upper bound if all data wait were removed; no larger num_workers beat the baseline")
         tried = f"; no larger num_workers measured better ({', '.join(map(str, ladder))} tried)" if len(ladder) > 1 \
             else "; no num_workers ladder was measured"
         return Finding(head + tried + _cpu_bound(ctx, base, cap, max(ladder)), evidence, {},
