@@ -92,9 +92,9 @@ class Comparisons:
             dueled = self.dueled(reference, candidate)
             if dueled and not (median >= 1 + MIN_GAIN and low <= 1.0):
                 break  # decided
-            again_s = max(0.0, plain_wall(reference) + plain_wall(candidate) - 2 * self.typical_probe_s())
             if asked >= MAX_DUELS and not self.is_baseline(reference):
-                break
+                break  # duels past MAX_DUELS are for gains over the baseline only
+            again_s = max(0.0, plain_wall(reference) + plain_wall(candidate) - 2 * self.typical_probe_s())
             within = 1.0 if asked < MAX_DUELS else 0.5  # past MAX_DUELS: in the budget's first half only
             if not self.affordable(2, extra_s=again_s, within=within):
                 break
