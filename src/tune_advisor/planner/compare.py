@@ -22,6 +22,10 @@ from .keep import MIN_GAIN
 DUEL_FROM = 0.9
 LOADER_DUEL_FROM = 0.75  # a loader-bound pipeline is bursty: its short screening probes swing further
 CLEAR_GAIN = 1.5
+# A duel's probes measure at most this long: a lockstep ratio that can settle does so in a second or two, and a
+# duel in turn adds one run to each side's runs, whose spread measures the noise (a loader-bound probe would
+# otherwise extend to its cap).
+DUEL_MAX_S = 4.0
 MAX_DUELS = 3  # per comparison: a gain still inconclusive after a duel earns another, up to this many
 # ... and up to this many for a gain over the baseline while the plan is in the first half of its budget: until a
 # change is kept, an open comparison decides whether the run has any advice at all, and a plan that ends with most

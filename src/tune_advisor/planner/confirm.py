@@ -8,7 +8,7 @@ from typing import Any
 from .. import knobs
 from ..analysis import stats
 from ..probe.result import ProbeResult
-from .compare import pair_ratio, plain_wall, window_rate
+from .compare import DUEL_MAX_S, pair_ratio, plain_wall, window_rate
 from .keep import MIN_GAIN
 
 # Baseline and winner measured together in lockstep, three rounds (the first mover alternates): the speedup's CI
@@ -41,7 +41,7 @@ LOCKSTEP_MAX_STEP_RATIO = 1.5
 # measures at most CONFIRM_TURN_WINDOW_S in a round in turn (a duel's cap), and the budget keeps
 # CONFIRM_MIN_ROUNDS_IN_TURN such rounds: at a log sd of 0.15 four rounds confirm a 1.4x gain (CI low end 1.10x)
 # where three leave it at 0.96x.
-CONFIRM_TURN_WINDOW_S = 4.0
+CONFIRM_TURN_WINDOW_S = DUEL_MAX_S
 CONFIRM_MIN_ROUNDS_IN_TURN = 4
 # Then each of the two once more alone, so that its printed figure rests on separate runs of the kind training sees
 # (a lockstep partner's turns leave the caches cold) and its interval on the drift between them.

@@ -19,7 +19,7 @@ from ..probe.backend import ProbeBackend, SpecMaker, bare_spec
 from ..probe.result import ProbeResult, Status
 from ..probe.spec import ProbeSpec, Protocol
 from . import ablation
-from .compare import Comparisons, plain_wall, settings_key, window_rate
+from .compare import DUEL_MAX_S, Comparisons, plain_wall, settings_key, window_rate
 from .confirm import CONFIRM_GRACE, CONFIRM_RESERVE, reserve_s
 from .keep import DUEL_ROLE, together, without
 
@@ -27,10 +27,6 @@ from .keep import DUEL_ROLE, together, without
 # longer buys little. A noisy one, on a machine whose speed swings, would otherwise run to its cap.
 SCREEN_MAX_S = 3.0
 SCREENING_ROLES = ("knob:", "ladder:", "bisect:")
-# A duel's probes measure at most this long: a lockstep ratio that can settle does so in a second or two, and a
-# duel in turn adds one run to each side's runs, whose spread measures the noise (a loader-bound probe would
-# otherwise extend to its cap).
-DUEL_MAX_S = 4.0
 ABLATION_START_S = 2.0  # a lockstep side's start and warm-up, beyond its measured window
 
 class Unexplored(list):
