@@ -22,8 +22,9 @@ class FakeBackend:
     `rate(settings)` gives samples/s, a Status for a failing configuration, or a dict with `rate` and optionally
     `wait` (share of each step spent waiting for data), `memory` (peak bytes; default batch_size MiB), `loss`
     (the per-step losses; by default the same falling curve for every configuration, as a shared seed gives) and
-    `dense` (the profile's `dense_frac`, put on a baseline probe, the one the real run profiles) and `fetch_cpu`
-    (`extra.fetch_cpu_frac`: the loading thread's CPU share, recorded as the child does only without workers).
+    `dense` (the profile's `dense_frac`, put on a baseline probe, the one the real run profiles), `fetch_cpu`
+    (`extra.fetch_cpu_frac`: the loading thread's CPU share, recorded as the child does only without workers) and
+    `restart` (seconds the first measured step waits for an epoch's loader to start: `extra.epoch_start_steps`).
     Steps get seeded uniform jitter of ±`jitter` (2% by default).
 
     `moment(settings, role)` models the machine's speed states: the factor a probe run on its own is slowed by
@@ -98,14 +99,20 @@ class FakeBackend:
         n = max(1, int(np.searchsorted(np.cumsum(times), spec.protocol.max_time_s, side="right")))
         wall_s = max(self.wall_s - float(times[n:].sum()), float(times[:n].sum()))
         times = times[:n]
-        raw = {"step_s": list(times), "items": [float(bs)] * n, "data_wait_s": list(times * given.get("wait", 0.0)),
-               "h2d_s": [0.0] * n, "loss": list(given.get("loss", [2.0 - 0.01 * i for i in range(self.steps)]))[:n]}
+        waits = times * given.get("wait", 0.0)
+        restart = given.get("restart", 0.0)
+        times[0] += restart
+        waits[0] += restart
+        raw = {"step_s": list(times), "items": [float(bs)] * n, "data_wait_s": list(waits), "h2d_s": [0.0] * n,
+               "loss": list(given.get("loss", [2.0 - 0.01 * i for i in range(self.steps)]))[:n]}
         result = ProbeResult(probe_id, settings, Status.OK, raw=raw, role=role, wall_s=wall_s,
                              peak_memory_bytes=given.get("memory", bs * 2**20))
         if "dense" in given and role == "baseline":
             result.extra["profile"] = {"dense_frac": given["dense"]}
         if "fetch_cpu" in given and settings["num_workers"] == 0:
             result.extra["fetch_cpu_frac"] = given["fetch_cpu"]
+        if restart:
+            result.extra["epoch_start_steps"] = [0]
         return result
 
 

@@ -7,6 +7,7 @@ lives in `probe/apply.py`.
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -225,6 +226,16 @@ def workers_the_cores_feed(fetch_cpu_frac: float, cores: int) -> int:
     (results.json `extra.fetch_cpu_frac`): each worker needs that share of a core, so past cores / share more
     workers only queue for the CPU and take it from the training threads."""
     return max(1, int(cores / max(fetch_cpu_frac, 0.01)))
+
+
+LOADING_MARGIN = 1.1  # workers enough to load a batch in 1/1.1 of its compute: the loading time jitters
+
+
+def workers_the_loading_needs(batch_size: int, load_s_per_sample: float, compute_s: float) -> int:
+    """Loader workers that keep a step of `compute_s` seconds fed when one sample takes `load_s_per_sample` to load
+    (read, decode, collate): W workers load a batch in batch_size x load / W, which must not exceed the compute it
+    overlaps (with LOADING_MARGIN to spare)."""
+    return max(1, math.ceil(LOADING_MARGIN * batch_size * load_s_per_sample / max(compute_s, 1e-9)))
 
 
 def not_applicable(name: str, value: Any, workload: WorkloadFacts, device: DeviceFacts,

@@ -431,29 +431,70 @@ def test_a_loader_ladder_still_climbing_from_its_last_rung_goes_on():
     assert outcome.recommended.settings["num_workers"] == 3
 
 
-def test_a_batch_ladder_capped_by_its_loader_tries_its_last_rung_with_more_workers():
-    # GIVEN a loader of one worker that just keeps up at batch 8 (hf_trainer): a larger batch computes faster per
-    # sample, but one worker supplies no more, so batch 16 and 32 read flat at 1 worker (waiting for data), and more
-    # workers are flat at batch 8 (the step computes): each knob alone looks flat; batch 32 with 2 workers pays
+def _hf_trainer_shape(s):
+    """A loader of 3 ms a record that one worker keeps up with at batch 8 (hf_trainer): a larger batch computes faster
+    per sample, but one worker supplies no more, so batch 16 and 32 read flat at 1 worker (waiting for data), and
+    more workers are flat at batch 8 (the step computes): each knob alone looks flat; batch 32 with 2 workers pays."""
     compute = {8: 330.0, 16: 400.0, 32: 450.0}
+    supply = 333.0 * s["num_workers"]
+    if s["num_workers"] == 0:  # records read in the training process: reading and computing add up
+        r = 1 / (1 / 333.0 + 1 / compute[s["batch_size"]])
+    else:
+        r = min(supply, compute[s["batch_size"]])
+    return {"rate": r, "wait": max(0.02, 1 - r / compute[s["batch_size"]])}
 
-    def rate(s):
-        supply = 333.0 * s["num_workers"]
-        if s["num_workers"] == 0:  # records read in the training process: reading and computing add up
-            r = 1 / (1 / 333.0 + 1 / compute[s["batch_size"]])
-        else:
-            r = min(supply, compute[s["batch_size"]])
-        return {"rate": r, "wait": max(0.02, 1 - r / compute[s["batch_size"]])}
 
+def test_a_batch_rung_that_outgrows_its_loader_workers_is_judged_with_the_workers_its_loading_needs():
+    # GIVEN hf_trainer's shape, its baseline reading in the training process (3 ms a sample, measured there)
     search = {"batch_size": [8, 16, 32], "num_workers": [0, 1, 2, 4]}
-    outcome, backend = run_plan(rate, workload=MLP, search=search, baseline={"batch_size": 8},
+    outcome, backend = run_plan(_hf_trainer_shape, workload=MLP, search=search, baseline={"batch_size": 8},
                                 device=CPU_AMP_ONLY, explore=("batch_size", "num_workers"))
-    # THEN the worker ladder kept 1 worker, the batch ladder went flat at it, and its last rung with the next worker
-    # count up won: batch 32 with 2 workers, where the knobs one at a time stopped at batch 8 with 1 worker
+    # THEN the worker ladder kept 1 worker; batch 16 waited for it, and loading 16 samples (48 ms) outlasts their
+    # compute (40 ms), so batch 16 is judged with 2 workers, and the ladder goes on with them to batch 32
     assert any(d.startswith("num_workers: kept num_workers=1") for d in outcome.decisions)
+    assert ("batch_size=16 waited for its 1 loader worker 17% of the step: loading 16 samples takes about 48 ms (the "
+            "baseline's 3.00 ms a sample) against 40 ms of compute, so it is judged with num_workers=2"
+            in outcome.decisions), outcome.decisions
+    assert "batch_size ladder: 16 (ok) -> 16 with num_workers=2 (ok) -> 32 (ok)" in outcome.decisions
+    assert {k: outcome.recommended.settings[k] for k in search} == {"batch_size": 32, "num_workers": 2}
+    # AND no rung was measured at 32 with the one worker that could not feed it
+    assert not [p for p in outcome.probes if p.settings["batch_size"] == 32 and p.settings["num_workers"] == 1]
+
+
+def test_a_batch_ladder_capped_by_its_loader_tries_its_last_rung_with_more_workers():
+    # GIVEN the same shape, but a baseline that already used a worker: how long a sample takes to load is not known
+    # (a worker's loading is not in the step), so a rung's need cannot be computed
+    search = {"batch_size": [8, 16, 32], "num_workers": [0, 1, 2, 4]}
+    outcome, backend = run_plan(_hf_trainer_shape, workload=MLP, search=search,
+                                baseline={"batch_size": 8, "num_workers": 1}, device=CPU_AMP_ONLY,
+                                explore=("batch_size", "num_workers"))
+    # THEN the batch ladder went flat at 1 worker, and its last rung with the next worker count up won: batch 32
+    # with 2 workers, where the knobs one at a time stopped at batch 8 with 1 worker
     assert any(d.startswith("batch_size ladder: 16 (ok) -> 32 (ok) -> 32 with num_workers=2 (ok)")
                for d in outcome.decisions), outcome.decisions
     assert {k: outcome.recommended.settings[k] for k in search} == {"batch_size": 32, "num_workers": 2}
+
+
+def test_keeping_workers_alive_across_epochs_reopens_the_worker_ladder():
+    # GIVEN io_bound's shape: each worker reads 100 samples/s off slow storage, the model computes 5,000; without
+    # persistent workers every epoch starts them anew, 20 ms each, which the probe window holds once
+    def rate(s):
+        w = s["num_workers"]
+        r = 1 / (1 / 100.0 + 1 / 5000.0) if w == 0 else min(100.0 * w, 5000.0)
+        return {"rate": r, "wait": 1 - r / 5000.0, "fetch_cpu": 0.02,
+                "restart": 0.0 if s["persistent_workers"] or w == 0 else 0.02 * w}
+
+    search = {"num_workers": [0, 1, 2, 4, 8, 16, 32], "persistent_workers": [False, True]}
+    outcome, backend = run_plan(rate, workload=MLP, search=search, device=CPU_AMP_ONLY,
+                                explore=("num_workers", "persistent_workers"))
+    # THEN 32 workers read no faster than 16 while each epoch started them (their start-up ate their gain), so the
+    # ladder kept 16; once persistent workers were kept, the ladder was re-opened and climbed to 32
+    ladders = [d for d in outcome.decisions if d.startswith("num_workers ladder")]
+    assert ladders[0].endswith("16 (ok) -> 32 (ok)") and any(d.startswith("num_workers: kept num_workers=16")
+                                                           for d in outcome.decisions), outcome.decisions
+    assert any(d.startswith("persistent_workers: kept persistent_workers=true") for d in outcome.decisions)
+    assert ladders[1] == "num_workers ladder: 32 (ok)"
+    assert {k: outcome.recommended.settings[k] for k in search} == {"num_workers": 32, "persistent_workers": True}
 
 
 def test_a_flat_batch_ladder_that_does_not_wait_for_data_measures_no_more_workers():

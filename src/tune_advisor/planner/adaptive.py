@@ -56,12 +56,16 @@ ORDER = ("num_workers", "amp", "channels_last", "batch_size", "checkpointing", "
 # A kept change re-opens these knobs: AMP frees memory (a larger batch may fit) and changes which memory format is
 # fastest; checkpointing is worth only the batch it makes fit; a larger batch loads the input pipeline more and
 # shifts the step from per-step overhead to compute, where precision and memory format show; once the loader keeps
-# up, faster compute shows.
+# up, faster compute shows; workers kept alive across epochs no longer pay a start-up per epoch that grows with their
+# number, so more of them may pay (one io_bound run: 32 workers read 1.00-1.09x of 16 in three duels while each
+# epoch started them anew, kept 16, then persistent workers: 16.5x over its baseline, re-measured, where its twin
+# run's 32 persistent workers re-measured 27.2x).
 INTERACTIONS = {
     "amp": ("batch_size", "channels_last"),
     "checkpointing": ("batch_size",),
     "batch_size": ("num_workers", "amp", "channels_last"),
     "num_workers": ("amp", "channels_last", "batch_size", "persistent_workers", "prefetch_factor"),
+    "persistent_workers": ("num_workers",),
 }
 
 
@@ -79,6 +83,7 @@ class AdaptivePlanner(Planner):
         self.visits: Counter[str] = Counter()
         self.dense_frac: float | None = None  # from the baseline's profile, when it was profiled (search())
         self.worker_cap: int | None = None  # the loader workers the cores can feed, when the baseline loaded in-process
+        self.load_s: float | None = None  # seconds to load one sample, when the baseline loaded in-process
         self.knobs = [k for k in ORDER if ctx.explore is None or k in ctx.explore]  # what this plan explores
         if ctx.explore is not None:
             self.decisions.append(f"exploring only {', '.join(self.knobs) or 'nothing'} (--knobs)")
@@ -92,6 +97,7 @@ class AdaptivePlanner(Planner):
                                   "data loading) in matmuls, convolutions, attention and RNN cells, the part a "
                                   "precision knob speeds up")
         self.worker_cap = self._worker_cap(base)
+        self.load_s = self._load_s(base)
         current, done = base, set()
         while True:
             todo = [k for k in self.knobs if k not in done and self.visits[k] < MAX_VISITS]
@@ -153,6 +159,15 @@ class AdaptivePlanner(Planner):
                                   f"of the time, so about {cap} workers fill the {cores} cores: the worker ladder "
                                   "goes no further")
         return cap
+
+    def _load_s(self, base: ProbeResult) -> float | None:
+        """Seconds one sample takes to load (read, decode, collate), from the baseline: without workers its whole
+        loading is the step's data wait. None where the baseline used workers (its wait is only what they lag) or a
+        step is a script's optimizer step (it may span several batches)."""
+        waits = base.raw.get("data_wait_s") or []
+        if base.settings["num_workers"] != 0 or not waits or (self.ctx.workload.extra or {}).get("script"):
+            return None
+        return sum(waits) / (len(waits) * base.settings["batch_size"])
 
     def _within_cores(self, values: list) -> tuple[list, list]:
         """`values` (worker counts, ascending) split into those worth a probe, up to the cap (or the smallest
@@ -350,8 +365,11 @@ class AdaptivePlanner(Planner):
         Returns the best probe; a later value replaces an earlier one only when it beats it beyond the noise."""
         s, best, previous, previous_gain, stale, dueled_stale = self.session, current, current, None, 0, 0
         steps, flat = [], None  # flat: the last rung up, while it did not beat the best
+        workers = current.settings["num_workers"]  # batch rungs: raised where a rung's loading needed more
         for i, value in enumerate(values):
             settings = {**current.settings, name: value}
+            if name == "batch_size":
+                settings["num_workers"] = workers
             predicted = self._predicted_over_budget(settings) if name == "batch_size" else None
             if predicted:
                 self._set_frontier(previous, value, predicted, best is previous, previous_gain)
@@ -368,6 +386,9 @@ class AdaptivePlanner(Planner):
                 self.notes.append(f"{name} ladder stopped at {name}={value}: {self._failure(result)}")
                 flat = None
                 break
+            if name == "batch_size":
+                result = self._fed(result, best, steps)
+                workers = result.settings["num_workers"]
             loader_bound = name == "num_workers" and (best.data_wait_frac() or 0.0) >= LOADER_BOUND
             if self.session.beats(best, result, LOADER_DUEL_FROM if loader_bound or i == 0 else DUEL_FROM):
                 best, stale, dueled_stale = result, 0, 0
@@ -398,7 +419,8 @@ class AdaptivePlanner(Planner):
             if name == "num_workers" and (best.data_wait_frac() or 0.0) < MIN_DATA_WAIT:
                 break  # nothing left to wait for
             previous, previous_gain = result, step_gain
-        if name == "batch_size" and flat is not None:  # the ladder ended on a rung up that did not pay
+        if name == "batch_size" and flat is not None and self._loading_need(flat) is None:
+            # the ladder ended on a rung up that did not pay, and what its loading needs cannot be told
             joint, won = self._batch_with_more_workers(flat, best)
             if joint is not None:
                 steps.append(f"{flat.settings[name]} with num_workers={joint.settings['num_workers']} "
@@ -407,6 +429,46 @@ class AdaptivePlanner(Planner):
         if steps:
             self.decisions.append(f"{name} ladder: {' -> '.join(steps)}")
         return best
+
+    def _loading_need(self, rung: ProbeResult) -> int | None:
+        """The loader workers a batch rung needs to keep its compute fed (knobs.workers_the_loading_needs), from
+        the baseline's loading time per sample and the rung's compute (its step less its data wait). None where it
+        cannot be told: the loading time is not known, the rung loads in its training process (the worker ladder
+        weighs that), or it hardly waited."""
+        if (self.load_s is None or "num_workers" not in self.knobs or rung.settings["num_workers"] == 0
+                or (rung.data_wait_frac() or 0.0) < MIN_DATA_WAIT):
+            return None
+        return knobs.workers_the_loading_needs(rung.settings["batch_size"], self.load_s, self._compute_s(rung))
+
+    @staticmethod
+    def _compute_s(rung: ProbeResult) -> float:
+        """A measured step's mean seconds outside waiting for data."""
+        return (sum(rung.step_s) - sum(rung.raw.get("data_wait_s") or [])) / len(rung.step_s)
+
+    def _fed(self, rung: ProbeResult, best: ProbeResult, steps: list[str]) -> ProbeResult:
+        """`rung` (a batch rung), or the same batch with the loader workers its loading needs when its own fell
+        behind: a larger batch asks more of the loader while its compute per sample falls, so the worker count kept
+        at the smaller batch can cap it, and the rung would read flat for the loader's sake (hf_trainer: 1 worker
+        kept up at batch 8; batch 16 at 1 worker read 1.0x of it in three duels, 78 s of a 180 s budget, and the
+        grid's best, batch 32 with 2 workers, was never reached)."""
+        need = self._loading_need(rung)
+        if need is None or need <= rung.settings["num_workers"]:
+            return rung
+        ups = self._worker_ups(rung)
+        if not ups:
+            return rung
+        workers = next((v for v in ups if v >= need), ups[-1])
+        if not self.session.affordable(extra_s=self._ladder_extra_s("num_workers", rung, workers)):
+            return rung
+        batch, have = rung.settings["batch_size"], rung.settings["num_workers"]
+        self.decisions.append(
+            f"batch_size={batch} waited for its {have} loader worker{'s' if have > 1 else ''} "
+            f"{rung.data_wait_frac():.0%} of the step: loading {batch} samples takes about "
+            f"{batch * self.load_s * 1e3:.0f} ms (the baseline's {self.load_s * 1e3:.2f} ms a sample) against "
+            f"{self._compute_s(rung) * 1e3:.0f} ms of compute, so it is judged with num_workers={workers}")
+        joint = self.session.measure({**rung.settings, "num_workers": workers}, "ladder:batch_size", best)
+        steps.append(f"{batch} with num_workers={workers} ({joint.status.value})")
+        return joint if self._usable(joint) else rung
 
     def _batch_with_more_workers(self, rung: ProbeResult, best: ProbeResult) -> tuple[ProbeResult | None, bool]:
         """The batch rung that ended its ladder without paying, once more with the next worker count up, if it
