@@ -80,6 +80,8 @@ def test_a_probe_of_a_script_measures_its_steps_in_a_scratch_folder(tmp_path, mo
     assert result.applied["loader"]["batch_size"] == 16
     assert not (tmp_path / "tiny_log.txt").exists() and not (tmp_path / "tiny_checkpoint.pt").exists()
     assert "script-cwd-" in result.extra["script"]["cwd"]
+    # AND the training thread's CPU share of its fetches is recorded (it loads in-process), as a plain probe's
+    assert 0.0 <= result.extra["fetch_cpu_frac"] <= 1.0
     assert leftovers() == []
 
 

@@ -7,6 +7,7 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -284,11 +285,49 @@ def test_a_probe_whose_loader_is_built_elsewhere_than_inspected_is_refused():
     assert "not at train.py:12 < train.py:40 as when it was inspected" in stopped.value.message
 
 
+class Sleepy(torch.utils.data.Dataset):
+    """Samples that each wait 3 ms for storage: the loading thread is mostly asleep."""
+
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        time.sleep(0.003)
+        return torch.zeros(4), 0
+
+
+class Busy(Sleepy):
+    """Samples computed in Python: the loading thread is on a CPU the whole fetch."""
+
+    def __getitem__(self, i):
+        total = sum(j * j for j in range(30_000))
+        return torch.full((4,), float(total % 7)), 0
+
+
+@pytest.mark.parametrize("data, low, high", [(Sleepy(), 0.0, 0.2), (Busy(), 0.5, 1.0)])
+def test_the_training_loaders_fetches_count_their_wall_and_the_threads_cpu_time(data, low, high):
+    # GIVEN a script training on a loader whose samples wait for storage, or are computed
+    hooks = make_hooks()
+    try:
+        model = nn.Linear(4, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in DataLoader(data, batch_size=4):
+            nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+    finally:
+        hooks.remove()
+    # THEN the fetches' wall time is counted, and the share of it on a CPU tells the two apart (the planner's
+    # worker cap reads it as fetch_cpu_frac)
+    assert hooks.fetch_wall_s > 0
+    assert low <= hooks.fetch_cpu_s / hooks.fetch_wall_s <= high
+
+
 class FakeHooks:
-    """What driver.Steps reads of the hooks: each step's samples and wait, and its loss."""
+    """What driver.Steps reads of the hooks: each step's samples and wait, its loss, and the fetches' totals."""
 
     def __init__(self, losses):
         self.losses, self.train_loader, self.applied = list(losses), None, {}
+        self.fetch_wall_s = self.fetch_cpu_s = 0.0
 
     def take_step_input(self):
         return 0.001, 8.0, False

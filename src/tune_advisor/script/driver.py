@@ -128,6 +128,7 @@ class Steps:
         self.compile_stats: CompileStats | None = None
         self.quiet = 0
         self.cpu_before = 0.0
+        self.fetch_before = (0.0, 0.0)  # the hooks' fetch wall and CPU seconds when measuring began
         self.sampler: NvmlSampler | None = None
         # A lockstep side (probe/lockstep.py): its warm-up waits for its turn, each measured step for the baton.
         self.baton = lockstep.baton(spec)
@@ -245,6 +246,7 @@ class Steps:
         self.stop = StopRule(self.spec.protocol, self.workers, epoch_steps)
         self.measure_start = now
         self.cpu_before = tree_cpu_seconds(psutil.Process())
+        self.fetch_before = (self.hooks.fetch_wall_s, self.hooks.fetch_cpu_s)
         self.sampler = NvmlSampler(self.spec.device)
         self.sampler.start()
         if self.compile_stats:
@@ -339,6 +341,15 @@ def _no_step_cause(how: str, what: Any, hooks: Hooks, run: ScriptRun) -> str:
             f"trained{said}")
 
 
+def _fetch_cpu_frac(steps: Steps, hooks: Hooks) -> float | None:
+    """Share of the measured fetches' wall time the training thread spent on a CPU, when it loaded the batches
+    itself (no workers): as probe/training.py records it, for the planner's worker cap."""
+    wall = hooks.fetch_wall_s - steps.fetch_before[0]
+    if steps.workers > 0 or wall <= 0:
+        return None
+    return min(1.0, (hooks.fetch_cpu_s - steps.fetch_before[1]) / wall)
+
+
 def _record(out: dict[str, Any], steps: Steps, hooks: Hooks) -> None:
     raw, extra = out["raw"], out["extra"]
     wall = steps.measured_wall
@@ -349,6 +360,7 @@ def _record(out: dict[str, Any], steps: Steps, hooks: Hooks) -> None:
         "warmup_s": sum(steps.warmup_step_s),
         "measured_wall_s": wall,
         "cpu_util": cpu_used / wall / (psutil.cpu_count() or 1) if wall else None,
+        "fetch_cpu_frac": _fetch_cpu_frac(steps, hooks),
         "epochs_started": hooks.epochs,
         "torch_threads": torch.get_num_threads(),
         "noise": wave_noise(raw["step_s"], steps.workers),

@@ -85,9 +85,10 @@ class TimedIterator:
         return self
 
     def __next__(self):
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.thread_time()
         batch = next(self._inner)
-        self._hooks.batch_arrived(self._loader, self._record, batch, time.perf_counter() - t0)
+        self._hooks.batch_arrived(self._loader, self._record, batch, time.perf_counter() - t0,
+                                  time.thread_time() - cpu0)
         return batch
 
     def __len__(self):
@@ -118,6 +119,9 @@ class Hooks:
         self.epochs = 0  # iterators made from the training loader
         self.new_epoch = False  # one was made since the last step
         self.wait_s, self.items, self.batches = 0.0, 0.0, 0  # since the last step
+        # The training loader's fetches so far: their wall time, and this thread's CPU time in them (as
+        # probe/training.py's fetch_cpu_frac: a CPU-bound loader from one waiting on storage).
+        self.fetch_wall_s = self.fetch_cpu_s = 0.0
         self.first_batch = None
         self.shapes: set = set()
         self.model = None
@@ -234,10 +238,12 @@ class Hooks:
         """Whether the loader of `record` is the training loader (before the first step, not known: any loader)."""
         return self.train_site is None or record["site"] == self.train_site
 
-    def batch_arrived(self, loader, record: dict[str, Any], batch, waited_s: float) -> None:
+    def batch_arrived(self, loader, record: dict[str, Any], batch, waited_s: float, cpu_s: float = 0.0) -> None:
         self.last_fed = (loader, record)
         if not self.is_train(record):
             return  # an evaluation loader's batches are not training samples
+        self.fetch_wall_s += waited_s
+        self.fetch_cpu_s += cpu_s
         tensor = apply.first_tensor(batch)
         self.items += float(tensor.shape[0]) if tensor is not None and tensor.dim() > 0 else 1.0
         self.wait_s += waited_s
