@@ -304,7 +304,8 @@ class Busy(Sleepy):
         return torch.full((4,), float(total % 7)), 0
 
 
-@pytest.mark.parametrize("data, low, high", [(Sleepy(), 0.0, 0.2), (Busy(), 0.5, 1.0)])
+# the thread's CPU clock and the wall clock tick apart: a fetch all on a CPU can read a hair over 1 (the driver clamps)
+@pytest.mark.parametrize("data, low, high", [(Sleepy(), 0.0, 0.2), (Busy(), 0.5, 1.01)])
 def test_the_training_loaders_fetches_count_their_wall_and_the_threads_cpu_time(data, low, high):
     # GIVEN a script training on a loader whose samples wait for storage, or are computed
     hooks = make_hooks()
