@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
+import sys
+import time
 
 import pytest
 
 from tune_advisor import api
-from tune_advisor.collectors import flops
+from tune_advisor.collectors import flops, memory
 from tune_advisor.probe.spec import Protocol
 
 from ..conftest import WORKLOADS
@@ -104,3 +107,53 @@ def test_the_loading_threads_cpu_share_tells_a_cpu_bound_loader_from_one_waiting
                            workdir=tmp_path / "workers")
     assert workers.ok, workers.error
     assert workers.extra["fetch_cpu_frac"] is None
+
+
+# A root that fills 100 MB, forks three children that only read it, and says when they are all running.
+FORK_TREE = """
+import os, sys, time
+block = b"\\x01" * (100 * 2**20)
+pids = []
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(1.5)
+        os._exit(0 if block[-1] == 1 else 1)
+    pids.append(pid)
+print("ready", flush=True)
+sys.exit(max(os.waitpid(pid, 0)[1] for pid in pids))
+"""
+
+
+@pytest.mark.skipif(not memory._HAS_PROC_CHILDREN, reason="Linux /proc children lists")
+def test_forked_children_sharing_the_roots_pages_count_them_once():
+    # GIVEN a process holding 100 MB and three forked children sharing it copy-on-write, sampled from here
+    root = subprocess.Popen([sys.executable, "-c", FORK_TREE], stdout=subprocess.PIPE, text=True)
+    try:
+        assert root.stdout.readline().strip() == "ready"
+        sampler = memory.TreeMemorySampler(root.pid, interval_s=0.1)
+        sampler.start()
+        time.sleep(0.8)
+        sampler.stop()
+        assert root.wait(timeout=10) == 0
+    finally:
+        root.kill()
+        root.wait()
+
+    # THEN the shared pages count once: about the 100 MB, where the summed RSS counts them four times
+    assert sampler.peak_counts == memory.SHARED_ONCE, sampler.smaps_unreadable
+    assert sampler.peak_bytes >= 100 * 2**20
+    assert sampler.peak_bytes < 0.6 * sampler.rss_sum_peak_bytes
+    assert sampler.rss_sum_peak_bytes >= 400 * 2**20
+    # AND the children's smaps_rollup was read once, not on every tick
+    assert sampler.smaps_refreshes == 1 and sampler.samples >= 4
+
+
+def test_a_probe_records_both_tree_peaks_and_how_the_first_was_counted(tmp_path):
+    _, result = api.probe(WORKLOADS / "tiny_io.py", {"num_workers": 2}, device="cpu", protocol=THREE_STEPS,
+                          workdir=tmp_path)
+    assert result.ok, result.error
+    m = result.memory
+    assert m["tree_peak_counts"] in (memory.ONE_PROCESS, memory.SHARED_ONCE)
+    assert 0 < m["sampled_tree_peak_bytes"] <= m["sampled_tree_rss_sum_peak_bytes"]
+    assert result.peak_memory_bytes == max(m["sampled_tree_peak_bytes"], m["child_maxrss_bytes"])

@@ -33,10 +33,14 @@ class ChildRun:
     """One finished child process: how it exited and what it left behind."""
 
     def __init__(self, returncode: int | None, result: dict | None, timed_out: bool, peak_bytes: int,
-                 killed: int, phase: str, log_tail: str, wall_s: float):
+                 killed: int, phase: str, log_tail: str, wall_s: float, rss_sum_peak_bytes: int | None = None,
+                 peak_counts: str | None = None):
         self.returncode, self.result, self.timed_out = returncode, result, timed_out
         self.peak_bytes, self.killed, self.phase, self.log_tail, self.wall_s = (
             peak_bytes, killed, phase, log_tail, wall_s)
+        # peak_bytes: the sampled tree's peak with pages shared by forked workers counted once (where smaps_rollup
+        # is readable; `peak_counts` says how it was counted); rss_sum_peak_bytes: every process's RSS summed.
+        self.rss_sum_peak_bytes, self.peak_counts = rss_sum_peak_bytes, peak_counts
 
 
 class Started:
@@ -167,8 +171,10 @@ def wait_child(run: Started) -> ChildRun:
         except json.JSONDecodeError:
             result = None
     phase = phase_path.read_text() if phase_path.exists() else ""
-    return ChildRun(child.returncode, result, run.timed_out, run.sampler.peak_bytes, run.killed, phase,
-                    _tail(log_path), wall)
+    sampler = run.sampler
+    return ChildRun(child.returncode, result, run.timed_out, sampler.peak_bytes, run.killed, phase,
+                    _tail(log_path), wall, rss_sum_peak_bytes=sampler.rss_sum_peak_bytes,
+                    peak_counts=sampler.peak_counts)
 
 
 class Forked:
@@ -290,7 +296,9 @@ def finish_probe(started: Started) -> ProbeResult:
         wall_s=run.wall_s, role=role, seed=spec.seed,
     )
     memory = dict(res.get("memory") or {})
-    memory["sampled_tree_peak_bytes"] = run.peak_bytes
+    memory["sampled_tree_peak_bytes"] = run.peak_bytes  # pages shared by forked workers once (tree_peak_counts)
+    memory["sampled_tree_rss_sum_peak_bytes"] = run.rss_sum_peak_bytes
+    memory["tree_peak_counts"] = run.peak_counts
     result.memory = memory
     result.peak_memory_bytes = peak_memory(memory, spec.device)
 
@@ -343,7 +351,8 @@ def _user_frame_from_log(log_tail: str, workload: str) -> str:
 
 
 def peak_memory(memory: dict[str, Any], device: str) -> int | None:
-    """CUDA: the allocator peak. CPU: the larger of the sampled tree RSS and the child's own exact maxrss."""
+    """CUDA: the allocator peak. CPU: the larger of the sampled tree's footprint (pages shared by forked workers
+    counted once, where smaps_rollup is readable) and the child's own exact maxrss."""
     if device.startswith("cuda") and "cuda_max_allocated_bytes" in memory:
         return memory["cuda_max_allocated_bytes"]
     candidates = [memory.get("sampled_tree_peak_bytes") or 0, memory.get("child_maxrss_bytes") or 0]
