@@ -875,8 +875,9 @@ def test_a_gain_still_inconclusive_after_a_duel_earns_more_up_to_three_and_to_si
     from tune_advisor.analysis import stats
     from tune_advisor.planner.compare import MAX_DUELS, MAX_DUELS_AMPLE, window_rate
 
-    def rounds(outcome):
-        rechecks = [p for p in outcome.probes if p.role == "recheck"]
+    def rounds(outcome, duels=None):
+        """The duels' probes (the first `duels` duels'), and the ratio of their rounds."""
+        rechecks = [p for p in outcome.probes if p.role == "recheck"][:None if duels is None else 2 * duels]
         pairs = [(a, b) if a.settings["amp"] == "off" else (b, a) for a, b in zip(rechecks[::2], rechecks[1::2])]
         return rechecks, stats.rounds_ratio_interval([window_rate(b) / window_rate(a) for a, b in pairs])
 
@@ -887,15 +888,19 @@ def test_a_gain_still_inconclusive_after_a_duel_earns_more_up_to_three_and_to_si
     # WHEN the budget (180 s of 5 s probes and the confirmation's reserve) is past its first half after three duels
     outcome, _ = run_plan(rate, workload=MLP, search={"batch_size": [16]}, jitter=0.6, device=CPU_AMP_ONLY,
                           explore=("amp",), budget_s=180)
-    # THEN one duel could not tell, so two more were run, who runs first alternating, and no more
-    rechecks, (median, low, _) = rounds(outcome)
-    assert [p.settings["amp"] for p in rechecks] == ["off", "bf16", "bf16", "off", "off", "bf16"]
-    assert len(rechecks) == 2 * MAX_DUELS
+    # THEN one duel could not tell, so two more were run, who runs first alternating, and no more while exploring
+    first, (median, low, _) = rounds(outcome, duels=MAX_DUELS)
+    assert [p.settings["amp"] for p in first] == ["off", "bf16", "bf16", "off", "off", "bf16"]
     # AND their three rounds decided, by Student's t over the rounds' ratios: with steps this noisy, each round's
-    # ratio swings too far for three of them to clear 1, so bf16 is not kept
+    # ratio swings too far for three of them to clear 1, so bf16 was not kept then
     assert median > 1.03 and low <= 1.0
     assert "amp: no value beat (baseline) beyond the noise" in outcome.decisions
-    assert outcome.recommended.settings["amp"] == "off"
+    # AND with nothing else left to explore, the plan took a second look with the rest of its budget: the same
+    # gain over six rounds clears 1 (the second look's own test: ..._takes_a_second_look_at_its_open_gain_...)
+    rechecks, _ = rounds(outcome)
+    assert len(rechecks) == 2 * MAX_DUELS_AMPLE
+    assert any(d.startswith("second look: amp=bf16 kept") for d in outcome.decisions)
+    assert outcome.recommended.settings["amp"] == "bf16"
 
     # WHEN the budget stays ample (none given): the gain, still promising, earns duels up to six, and six rounds
     # of the same noise clear 1, so bf16 is kept, by the same t over the rounds
@@ -1440,6 +1445,41 @@ def test_only_a_gain_over_the_baseline_earns_duels_past_three():
     assert compare(start_is_baseline=True) == MAX_DUELS_AMPLE
     # AND the same comparison from another start (a change already kept) stops at three
     assert compare(start_is_baseline=False) == MAX_DUELS
+
+
+@pytest.mark.parametrize("later, kept", [(1.0, 256), (0.6, 128)])
+def test_a_plan_with_nothing_left_to_explore_takes_a_second_look_at_its_open_gain_over_the_best(later, kept):
+    from tune_advisor.planner.compare import MAX_DUELS, MAX_DUELS_AMPLE, settings_key
+
+    # GIVEN a batch ladder whose last rung, 256, is truly 15% faster than 128, in short runs (4 steps) jittering
+    # ±50%, no lockstep, no budget: three duels leave 256 over 128 promising but open (lstm_collate's shape), and
+    # the machine then goes on as before (later=1.0) or slows 256 down from its fifth run on (later=0.6)
+    rates = {16: 1000.0, 32: 1500.0, 64: 2200.0, 128: 3200.0, 256: 3200.0 * 1.15}
+    runs_of_256 = []
+
+    def moment(settings, role):
+        if settings["batch_size"] != 256:
+            return 1.0
+        runs_of_256.append(role)
+        return 1.0 if len(runs_of_256) <= 1 + MAX_DUELS else later
+
+    clock = FakeClock()
+    backend = FakeBackend(lambda s: rates[s["batch_size"]], steps=4, jitter=0.5, clock=clock, can_pair=False,
+                          moment=moment)
+    session = Session(backend, None, clock=clock)
+    ctx = PlanContext(baseline=knobs.full_settings({"batch_size": 16}), search={"batch_size": list(rates)},
+                      workload=MLP, device=CPU_NO_BF16, explore=("batch_size",))
+    outcome = plan(ctx, session, "adaptive")
+    looks = [d for d in outcome.decisions if d.startswith("second look: batch_size=256")]
+    # THEN with nothing else left to explore, the comparison of 256 against the kept 128 earns further duels past
+    # the three a comparison that is not against the baseline gets, and the decision says what they read
+    duels = len(session._duels[(settings_key({**ctx.baseline, "batch_size": 128}),
+                                settings_key({**ctx.baseline, "batch_size": 256}))])
+    assert MAX_DUELS < duels <= MAX_DUELS_AMPLE
+    assert len(looks) == 1 and "before: " in looks[0] and f"over {MAX_DUELS} rounds in turn" in looks[0]
+    # AND 256 is kept only where the further rounds show it beyond the noise
+    assert outcome.recommended.settings["batch_size"] == kept
+    assert ("kept" if kept == 256 else "still not beyond the noise") in looks[0]
 
 
 def test_a_reopened_worker_ladder_only_climbs():

@@ -48,7 +48,8 @@ MIN_ROUNDS_IN_TURN = 2
 
 class Comparisons:
     """The noise-aware comparison of two probes' settings. Uses its host's (the Session's) `runs`, `samples`,
-    `common_kind`, `duel`, `affordable`, `is_baseline`, `typical_probe_s`, `_duels` and `_lockstep_wins`."""
+    `common_kind`, `duel`, `affordable`, `is_baseline`, `typical_probe_s`, `_duels`, `_by_settings` and
+    `_lockstep_wins`."""
 
     def gain(self, reference: ProbeResult, candidate: ProbeResult) -> tuple[float, float, float]:
         """Throughput ratio candidate/reference: (median, ci_low, ci_high); NaNs when either failed. From their
@@ -78,14 +79,16 @@ class Comparisons:
         ref, cand = settings_key(reference.settings), settings_key(candidate.settings)
         return any(a.ok and b.ok for a, b in self._duels.get((ref, cand), []) + self._duels.get((cand, ref), []))
 
-    def beats(self, reference: ProbeResult, candidate: ProbeResult, duel_from: float = DUEL_FROM) -> bool:
+    def beats(self, reference: ProbeResult, candidate: ProbeResult, duel_from: float = DUEL_FROM,
+              second_look: bool = False) -> bool:
         """A gain larger than the noise: at least MIN_GAIN, and the ratio's 95% CI excludes 1.
 
         Separate probes decide only the clear cases (a ratio under `duel_from`, or from CLEAR_GAIN). Between
         them both are measured again in a duel, together in lockstep where they can be; a gain still promising
         but inconclusive after it (loader-bound probes are bursty) earns another, up to MAX_DUELS, while the
-        budget allows (a gain over the baseline up to MAX_DUELS_AMPLE while the budget is ample). Without the
-        budget for one, the evidence so far decides."""
+        budget allows (a gain over the baseline up to MAX_DUELS_AMPLE while the budget is ample, and so does a
+        `second_look`: the plan's last open comparison, planner/adaptive.py). Without the budget for one, the
+        evidence so far decides."""
         median, low, _ = self.gain(reference, candidate)
         unknown = median != median  # failed, or no measures of one kind (alone / paired) on both sides
         if (unknown and not (reference.ok and candidate.ok)) or median < duel_from or (
@@ -96,10 +99,12 @@ class Comparisons:
             dueled = self.dueled(reference, candidate)
             if dueled and not (median >= 1 + MIN_GAIN and low <= 1.0):
                 break  # decided
-            if asked >= MAX_DUELS and not self.is_baseline(reference):
-                break  # duels past MAX_DUELS are for gains over the baseline only
+            if asked >= MAX_DUELS and not (second_look or self.is_baseline(reference)):
+                break  # duels past MAX_DUELS are for gains over the baseline, or a plan's second look, only
             again_s = max(0.0, plain_wall(reference) + plain_wall(candidate) - 2 * self.typical_probe_s())
-            within = 1.0 if asked < MAX_DUELS else 0.5  # past MAX_DUELS: in the budget's first half only
+            # past MAX_DUELS: in the budget's first half only, but for a second look (nothing else is left to spend
+            # the budget on but the confirmation, whose reserve `affordable` keeps)
+            within = 1.0 if asked < MAX_DUELS or second_look else 0.5
             if not self.affordable(2, extra_s=again_s, within=within):
                 break
             a, b = self.duel(reference, candidate, first=sum(map(len, self._duels.values())) % 2)  # alternate
@@ -107,6 +112,23 @@ class Comparisons:
                 break
             median, low, _ = self.gain(reference, candidate)
         return self._won(reference, candidate)
+
+    def open_gains(self, reference: ProbeResult) -> list[ProbeResult]:
+        """The settings dueled as candidates against `reference` whose gain over it is still open: promising (at least MIN_GAIN
+        at the median) with a CI that reaches 1, and fewer than MAX_DUELS_AMPLE duels so far. Most promising
+        first; each as its first probe (`seen`)."""
+        ref = settings_key(reference.settings)
+        found = []
+        for (a, b), pairs in self._duels.items():
+            if a != ref or b == ref or len(pairs) >= MAX_DUELS_AMPLE:
+                continue
+            candidate = self._by_settings.get(b)
+            if candidate is None or not candidate.ok:
+                continue
+            median, low, _ = self.gain(reference, candidate)
+            if median >= 1 + MIN_GAIN and low <= 1.0:
+                found.append((median, candidate))
+        return [c for _, c in sorted(found, key=lambda mc: -mc[0])]
 
     def _won(self, reference: ProbeResult, candidate: ProbeResult) -> bool:
         """Whether the evidence so far shows a gain beyond the noise; a gain shown in lockstep is remembered as
@@ -135,6 +157,10 @@ class Comparisons:
         half = np.sqrt(np.sum(((logs[:, 2] - logs[:, 1]) / 2) ** 2))
         centre = logs[:, 0].sum()
         return float(np.exp(centre)), float(np.exp(centre - half)), float(np.exp(centre + half))
+
+    def duel_count(self, reference: ProbeResult, candidate: ProbeResult) -> int:
+        """How often these two settings were measured again together, whichever side each was run as."""
+        return len(self._duel_pairs(reference, candidate))
 
     def _lockstep(self, reference: ProbeResult, candidate: ProbeResult) -> list | None:
         """The lockstep duels of these two as (reference, candidate) pairs, whichever side each was run as, if
