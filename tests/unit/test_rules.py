@@ -291,3 +291,57 @@ def test_input_pipeline_bound_says_when_cpu_bound_loading_already_fills_the_core
     # AND loading that waits on storage (2% on a CPU: 100 workers' worth of 2 cores) gets no such line
     finding = with_loading(0.02, 2)
     assert "fill the" not in finding["message"] and finding["evidence"]["workers_the_cores_feed"] == 100
+
+
+def _crowded(doc: dict, busy: dict[str, float], fetch_share: float | None = None) -> dict:
+    """`doc` with each named probe's CPU utilisation set, and the baseline's loading thread's CPU share."""
+    doc = copy.deepcopy(doc)
+    for p in doc["probes"]:
+        if p["id"] in busy:
+            p["extra"]["cpu_util"] = busy[p["id"]]
+        if fetch_share is not None and p["status"] == "ok" and p["settings"]["num_workers"] == 0:
+            p["extra"]["fetch_cpu_frac"] = fetch_share
+    return doc
+
+
+def test_thread_oversubscription_reads_a_settings_median_busy_share_not_one_probes():
+    # GIVEN io_bound's run on 2 cores with 2 intra-op threads, where the recommended 8 workers (p011, p014, p016)
+    # read the CPU saturated in one probe of three
+    doc = _crowded(load("io_bound"), {"p011": 0.97, "p014": 0.40, "p016": 0.45})
+    # THEN that one moment of the machine is no finding
+    assert "TA801" not in {f["code"] for f in evaluate(doc)}
+    # AND two of three saturated are
+    doc = _crowded(load("io_bound"), {"p011": 0.97, "p014": 0.95, "p016": 0.45})
+    finding = {f["code"]: f for f in evaluate(doc)}["TA801"]
+    assert finding["evidence"]["median_cpu_util"] == 0.95 and finding["evidence"]["num_workers"] == [8]
+
+
+def test_thread_oversubscription_counts_a_worker_by_the_cpu_its_loading_keeps_busy():
+    # GIVEN 2 intra-op threads on 2 cores and 8 saturated loader workers
+    busy = {"p011": 0.97, "p014": 0.95, "p016": 0.96}
+    # WHEN the baseline's loading kept its thread on a CPU only 1% of the time (workers asleep on storage):
+    # 2 + 8 x 0.01 cores asked for on 2 cores still crowds them, and it is said with the share
+    finding = {f["code"]: f for f in evaluate(_crowded(load("io_bound"), busy, fetch_share=0.01))}["TA801"]
+    assert finding["evidence"]["worker_cpu_share"] == 0.01
+    # AND with 1 intra-op thread, the same sleeping workers ask for 1.08 cores of 2: nothing competes
+    doc = _crowded(load("io_bound"), busy, fetch_share=0.01)
+    for p in doc["probes"]:
+        if p.get("extra"):
+            p["extra"]["torch_threads"] = 1
+    assert "TA801" not in {f["code"] for f in evaluate(doc)}
+    # AND where the share is not known (no baseline without workers), each worker counts as a busy process
+    doc["probes"] = [p for p in doc["probes"] if p["settings"]["num_workers"] != 0 or p["id"] == "p001"]
+    for p in doc["probes"]:
+        p["extra"].pop("fetch_cpu_frac", None) if p.get("extra") else None
+    assert "TA801" in {f["code"] for f in evaluate(doc)}
+
+
+def test_thread_oversubscription_looks_only_at_what_the_user_runs_and_its_loader_ladder():
+    # GIVEN io_bound's run: the recommended 8 workers at batch 32 calm, 16 workers saturated on the same ladder
+    doc = _crowded(load("io_bound"), {"p012": 0.96})
+    assert {f["code"]: f for f in evaluate(doc)}["TA801"]["evidence"]["num_workers"] == [16]
+    # WHEN that saturated probe is moved off the ladder (another batch size): it describes nothing the user runs
+    for p in doc["probes"]:
+        if p["id"] == "p012":
+            p["settings"]["batch_size"] = 128
+    assert "TA801" not in {f["code"] for f in evaluate(doc)}

@@ -48,6 +48,12 @@ class Config:
     def extra(self, key: str, default: Any = None) -> Any:
         return (self.first.get("extra") or {}).get(key, default)
 
+    def median_extra(self, key: str) -> float | None:
+        """The median of a numeric `extra` field over the pooled probes (one probe can catch an extreme moment of
+        the machine); None where no probe recorded it."""
+        values = [v for p in self.probes if isinstance(v := (p.get("extra") or {}).get(key), (int, float))]
+        return stats.median(values) if values else None
+
     def _raw(self, key: str) -> list[float]:
         if key == "step_s":
             return [x for p in self.probes for x in (p.get("step_time_s") or {}).get("samples", [])]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .. import snippets
+from ..analysis import stats
 from .context import Context, Finding, Gain, join
 from .registry import rule
 
@@ -15,19 +16,24 @@ def cpu_thread_oversubscription(ctx: Context) -> Finding | None:
     """Intra-op threads and loader workers together ask for more cores than the machine has.
 
     What it finds:
-        Probes with `num_workers > 0` in which the training process's intra-op threads plus the loader
-        worker processes outnumber the CPU cores, while the CPU was saturated (at least 90% of all cores busy).
+        Among the baseline, the recommendation and their loader ladders (the same settings at other worker
+        counts), settings with `num_workers > 0` whose demand for cores — the training process's intra-op threads plus
+        what the loader workers keep busy — exceeds the CPU cores, while the CPU was saturated (at least 90% of
+        all cores busy, the median over that setting's probes). A worker keeps a core busy the share of its time
+        its loading spends on a CPU: the baseline's `fetch_cpu_frac` where it loaded without workers (workers
+        asleep on storage ask for little), else a whole core each.
 
     Why it matters:
-        PyTorch starts one intra-op thread per core by default. Every loader worker is another busy process;
-        together they time-slice the cores, the intra-op threads stall each other at every parallel region,
-        and the worker probes under-report what workers could give. On CPU training this also hides how fast
-        the model itself can run.
+        PyTorch starts one intra-op thread per core by default. Every loader worker that computes is another busy
+        process; together they time-slice the cores, the intra-op threads stall each other at every parallel
+        region, and the worker probes under-report what workers could give. On CPU training this also hides how
+        fast the model itself can run.
 
     How it is measured:
-        For each `ok` probe: `extra.torch_threads + settings.num_workers` against `environment.cpu_count`, and
-        `extra.cpu_util` (CPU seconds of the probe process tree over the measured wall time and all cores).
-        Not measured as a speed-up: thread counts are not a knob yet, so the gain is left unmeasured.
+        For each setting with `ok` probes: `extra.torch_threads + settings.num_workers × fetch_cpu_frac` against
+        `environment.cpu_count`, and the median of `extra.cpu_util` (CPU seconds of the probe process tree over
+        the measured wall time and all cores) over the setting's probes. Not measured as a speed-up: thread
+        counts are not a knob yet, so the gain is left unmeasured.
 
     Fix:
         Give the intra-op threads the cores the workers leave: `torch.set_num_threads(cores - num_workers)`
@@ -40,20 +46,38 @@ def cpu_thread_oversubscription(ctx: Context) -> Finding | None:
     cores = ctx.cpu_count
     if not cores:
         return None
-    crowded = [c for c in ctx.configs.values() if c["num_workers"] > 0
-               and (c.extra("torch_threads") or ctx.environment.get("torch_threads") or 0) + c["num_workers"] > cores
-               and (c.extra("cpu_util") or 0) >= CPU_SATURATED]
+    share = worker_cpu_share(ctx)
+
+    def threads(c) -> int:
+        return c.extra("torch_threads") or ctx.environment.get("torch_threads") or 0
+
+    # the settings a user runs (baseline, recommendation) and the loader ladders through them: a crowded rung of
+    # some other ladder (a batch rung at 32 workers) does not describe what the user will run
+    near = {id(c): c for s in ctx.subjects() for c in ctx.series(s, "num_workers")} or {
+        id(c): c for c in ctx.configs.values()}
+    crowded = [c for c in near.values() if c["num_workers"] > 0
+               and threads(c) + c["num_workers"] * share > cores
+               and (c.median_extra("cpu_util") or 0) >= CPU_SATURATED]
     if not crowded:
         return None
     workers = sorted({c["num_workers"] for c in crowded})
-    threads = max(c.extra("torch_threads") or ctx.environment.get("torch_threads") or 0 for c in crowded)
-    busy = max(c.extra("cpu_util") for c in crowded)
-    message = (f"num_workers {join(workers)} ran beside {threads} intra-op threads on {cores} cores with the CPU "
+    most = max(threads(c) for c in crowded)
+    busy = max(c.median_extra("cpu_util") for c in crowded)
+    message = (f"num_workers {join(workers)} ran beside {most} intra-op threads on {cores} cores with the CPU "
                f"{busy:.0%} busy: workers and compute threads compete")
-    evidence = {"cpu_count": cores, "torch_threads": threads, "num_workers": workers, "max_cpu_util": round(busy, 3)}
+    evidence = {"cpu_count": cores, "torch_threads": most, "num_workers": workers,
+                "median_cpu_util": round(busy, 3), "worker_cpu_share": round(share, 3)}
     snippet = snippets.set_num_threads(max(1, cores - workers[0]))
     gain = Gain.estimated(None, "intra-op thread count is not a probed knob")
     return Finding(message, evidence, {}, snippet, gain, [i for c in crowded for i in c.ids])
+
+
+def worker_cpu_share(ctx: Context) -> float:
+    """The share of a core one loader worker keeps busy: the median `fetch_cpu_frac` of the settings that loaded
+    without workers (the loading thread's CPU time over its fetches' wall time), else 1 (a busy process)."""
+    shares = [v for c in ctx.configs.values() if c["num_workers"] == 0
+              and (v := c.median_extra("fetch_cpu_frac")) is not None]
+    return min(1.0, stats.median(shares)) if shares else 1.0
 
 
 @rule("TA802", "gpu-throttling", "warning")
