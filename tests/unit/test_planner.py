@@ -1425,6 +1425,26 @@ def test_a_cpu_bound_loader_climbs_the_worker_ladder_only_as_far_as_the_cores_it
     assert tried(backend, "num_workers") == [0, 4]
 
 
+def test_a_worker_cap_well_past_the_last_listed_count_within_it_tries_the_next_count_up():
+    # GIVEN io_bound's shape on an Intel Xeon's 2 cores: workers mostly asleep on storage, their loading on a CPU
+    # 7% of the time, so the cores feed about 28 of them; throughput grows with the workers up to that
+    def rate(s):
+        workers = min(s["num_workers"], 28)
+        return {"rate": 100.0 * (1 + workers), "wait": 0.97 if s["num_workers"] < 28 else 0.1, "fetch_cpu": 0.07}
+
+    search = {"batch_size": [32], "amp": ["off"], "num_workers": [0, 1, 2, 4, 8, 16, 32, 64]}
+    two_cores = DeviceFacts("cpu", bf16_supported=False, cpu_cores=2)
+    outcome, backend = run_plan(rate, workload=MLP, search=search, device=two_cores, lockstep=True)
+    # THEN the ladder goes on past 16 to 32 (it can run 28 workers' worth, 1.7x 16's), and no further
+    assert tried(backend, "num_workers") == [0, 1, 2, 4, 8, 16, 32]
+    assert outcome.recommended.settings["num_workers"] == 32
+    assert "num_workers=64: more than the cores can feed" in outcome.unexplored
+    # AND where the cap is within 3% of the last count within it (a cap of 16 at 12.5% on a CPU), 32 is not tried
+    outcome, backend = run_plan(lambda s: {**rate(s), "fetch_cpu": 0.125}, workload=MLP, search=search,
+                                device=two_cores, lockstep=True)
+    assert max(tried(backend, "num_workers")) == 16
+
+
 def test_only_a_gain_over_the_baseline_earns_duels_past_three():
     from tune_advisor.planner.compare import MAX_DUELS, MAX_DUELS_AMPLE, settings_key
 
