@@ -114,9 +114,9 @@ class Comparisons:
         return self._won(reference, candidate)
 
     def open_gains(self, reference: ProbeResult) -> list[ProbeResult]:
-        """The settings dueled as candidates against `reference` whose gain over it is still open: promising (at least MIN_GAIN
-        at the median) with a CI that reaches 1, and fewer than MAX_DUELS_AMPLE duels so far. Most promising
-        first; each as its first probe (`seen`)."""
+        """The settings dueled as candidates against `reference` whose gain over it is still open: promising (at
+        least MIN_GAIN at the median) with a CI that reaches 1, and fewer than MAX_DUELS_AMPLE duels so far. Most
+        promising first; each as its first probe of those settings."""
         ref = settings_key(reference.settings)
         found = []
         for (a, b), pairs in self._duels.items():
