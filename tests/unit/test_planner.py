@@ -1518,3 +1518,34 @@ def test_a_reopened_worker_ladder_only_climbs():
     assert [(p.settings["batch_size"], p.settings["num_workers"]) for p in ladder] == [(16, 1), (16, 2)]
     assert any(d.startswith("num_workers: skipped: a re-opened loader ladder only climbs") and
                d.endswith("that the cores can feed") for d in outcome.decisions)
+
+
+def test_a_rung_whose_first_duel_cannot_tell_a_loss_from_a_gain_is_dueled_again():
+    from tune_advisor.planner.compare import MIN_DUELS_UNDECIDED, pair_ratio
+
+    # GIVEN a batch ladder 32 -> 64 -> 128 measured in lockstep pairs of 8 steps jittering ±30%, where 128 is truly
+    # 1.2x over 64 but its first pair ran in a bad stretch of its own, 0.92x of 64 (augment_cpu's shape: two loader
+    # workers a side, one pair read 0.92x [0.73, 1.11], its twin run's 1.27x and 1.21x)
+    rates = {32: 1000.0, 64: 1200.0, 128: 1440.0}
+    runs_of_128 = []
+
+    def rate(s):
+        if s["batch_size"] == 128:
+            runs_of_128.append(s)
+            return 1100.0 if len(runs_of_128) == 1 else rates[128]
+        return rates[s["batch_size"]]
+
+    clock = FakeClock()
+    backend = FakeBackend(rate, steps=8, jitter=0.3, clock=clock, can_pair=True)
+    session = Session(backend, None, clock=clock)
+    ctx = PlanContext(baseline=knobs.full_settings({"batch_size": 32}), search={"batch_size": list(rates)},
+                      workload=MLP, device=CPU_NO_BF16, explore=("batch_size",))
+    outcome = plan(ctx, session, "adaptive")
+    by_id = {p.id: p for p in session.probes}
+    pairs = [tuple(sorted((by_id[i] for i in ids), key=lambda p: p.settings["batch_size"])) for ids in backend.pairs]
+    pairs = [pair for pair in pairs if [p.settings["batch_size"] for p in pair] == [64, 128]]
+    median, low, high = pair_ratio(pairs[:1])
+    assert low < 1.0 < 1.03 < high and median < 1.03  # the first pair alone: not a gain, nor clearly a loss
+    # THEN that verdict is not taken as the rung's loss: the two are measured together again, and 128 is kept
+    assert len(pairs) >= MIN_DUELS_UNDECIDED
+    assert outcome.recommended.settings["batch_size"] == 128

@@ -44,6 +44,11 @@ MIN_RUNS = 3  # runs per side from which their spread, not the steps', measures 
 # rounds in turn read 2 workers 1.07x, 1.08x and 1.12x faster (t: [1.03, 1.16]): over the six runs unpaired
 # (12,428-16,109 samples/s) the gain was not beyond the noise.
 MIN_ROUNDS_IN_TURN = 2
+# Duels a comparison gets, at least, while it cannot tell: its CI reaches below 1 and past the minimum gain. A first
+# duel can read a loss from one bad stretch: one augment_cpu run measured batch 128 beside 64 (two loader workers a
+# side, a pair capped at a screen's 3 s) at 0.92x [0.73, 1.11] and ended its ladder there; that run's twin measured
+# the same two at 1.27x and 1.21x, and batch 128 was the grid's best, 14% ahead of 64.
+MIN_DUELS_UNDECIDED = 2
 
 
 class Comparisons:
@@ -84,12 +89,13 @@ class Comparisons:
         """A gain larger than the noise: at least MIN_GAIN, and the ratio's 95% CI excludes 1.
 
         Separate probes decide only the clear cases (a ratio under `duel_from`, or from CLEAR_GAIN). Between
-        them both are measured again in a duel, together in lockstep where they can be; a gain still promising
-        but inconclusive after it (loader-bound probes are bursty) earns another, up to MAX_DUELS, while the
-        budget allows (a gain over the baseline up to MAX_DUELS_AMPLE while the budget is ample, and so does a
+        them both are measured again in a duel, together in lockstep where they can be; a comparison whose CI
+        cannot yet tell a loss from a gain has at least MIN_DUELS_UNDECIDED, and a gain still promising but
+        inconclusive after them (loader-bound probes are bursty) earns another, up to MAX_DUELS, while the budget
+        allows (a gain over the baseline up to MAX_DUELS_AMPLE while the budget is ample, and so does a
         `second_look`: the plan's last open comparison, planner/adaptive.py). Without the budget for one, the
         evidence so far decides."""
-        median, low, _ = self.gain(reference, candidate)
+        median, low, high = self.gain(reference, candidate)
         unknown = median != median  # failed, or no measures of one kind (alone / paired) on both sides
         if (unknown and not (reference.ok and candidate.ok)) or median < duel_from or (
                 median >= CLEAR_GAIN and low >= 1 + MIN_GAIN):
@@ -97,7 +103,9 @@ class Comparisons:
         key = (settings_key(reference.settings), settings_key(candidate.settings))
         while (asked := len(self._duels.get(key, []))) < MAX_DUELS_AMPLE:
             dueled = self.dueled(reference, candidate)
-            if dueled and not (median >= 1 + MIN_GAIN and low <= 1.0):
+            promising = median >= 1 + MIN_GAIN and low <= 1.0
+            untold = low < 1.0 and high > 1 + MIN_GAIN and asked < MIN_DUELS_UNDECIDED
+            if dueled and not (promising or untold):
                 break  # decided
             if asked >= MAX_DUELS and not (second_look or self.is_baseline(reference)):
                 break  # duels past MAX_DUELS are for gains over the baseline, or a plan's second look, only
@@ -110,7 +118,7 @@ class Comparisons:
             a, b = self.duel(reference, candidate, first=sum(map(len, self._duels.values())) % 2)  # alternate
             if not (a.ok and b.ok):
                 break
-            median, low, _ = self.gain(reference, candidate)
+            median, low, high = self.gain(reference, candidate)
         return self._won(reference, candidate)
 
     def open_gains(self, reference: ProbeResult) -> list[ProbeResult]:
