@@ -1549,3 +1549,36 @@ def test_a_rung_whose_first_duel_cannot_tell_a_loss_from_a_gain_is_dueled_again(
     # THEN that verdict is not taken as the rung's loss: the two are measured together again, and 128 is kept
     assert len(pairs) >= MIN_DUELS_UNDECIDED
     assert outcome.recommended.settings["batch_size"] == 128
+
+
+@pytest.mark.parametrize("reads, before, kept", [([0.97, 1.29, 0.94], "0.95x", 16), ([0.96, 1.30, 1.00], "1.00x", 32)])
+def test_a_second_look_also_goes_to_a_comparison_whose_rounds_cannot_tell_a_loss_from_a_gain(reads, before, kept):
+    from tune_advisor.planner.compare import MAX_DUELS, MAX_DUELS_AMPLE
+    from tune_advisor.planner.keep import DUEL_ROLE
+
+    # GIVEN batch 32, truly 1.3x over the baseline's 16, compared in turn (no lockstep), whose first three duels read
+    # `reads`: a median under the minimum gain and a CI reaching from below 1 far past it (augment_cpu's 2 loader
+    # workers over none read 0.97x, 1.29x and 0.94x in one run, which kept nothing and ended at 28 s of its 180)
+    runs_of_32 = []
+
+    def moment(settings, role):
+        if settings["batch_size"] != 32:
+            return 1.0
+        runs_of_32.append(role)
+        i = len(runs_of_32) - 1  # the first is the ladder's screen, at the true rate
+        return reads[i - 1] / 1.3 if 1 <= i <= len(reads) else 1.0
+
+    clock = FakeClock()
+    backend = FakeBackend(lambda s: 1000.0 * (1.3 if s["batch_size"] == 32 else 1.0), steps=8, jitter=0.05,
+                          clock=clock, can_pair=False, moment=moment)
+    session = Session(backend, 180.0, clock=clock)
+    ctx = PlanContext(baseline=knobs.full_settings({"batch_size": 16}), search={"batch_size": [16, 32]},
+                      workload=MLP, device=CPU_NO_BF16, explore=("batch_size",))
+    outcome = plan(ctx, session, "adaptive")
+    # THEN with nothing else to explore and the budget left, the comparison earns further duels though its median
+    # read no gain, and 32 is kept only where all its rounds together show it beyond the noise
+    duels = runs_of_32.count(DUEL_ROLE)  # the confirmation's rounds after it have roles of their own
+    assert MAX_DUELS < duels <= MAX_DUELS_AMPLE
+    looks = [d for d in outcome.decisions if d.startswith("second look: batch_size=32")]
+    assert len(looks) == 1 and f"before: {before}" in looks[0] and f"over {duels} rounds in turn" in looks[0]
+    assert outcome.recommended.settings["batch_size"] == kept

@@ -144,8 +144,8 @@ class AdaptivePlanner(Planner):
                                       "beyond the noise")
 
     def _second_look(self, current: ProbeResult) -> ProbeResult | None:
-        """With nothing left to explore, the comparisons against the best that are still open (a gain of at least
-        MIN_GAIN at the median whose CI reaches 1) earn the further duels a comparison against the baseline earns
+        """With nothing left to explore, the comparisons against the best that are still open (`open_gains`: a
+        gain of at least MIN_GAIN at the median whose CI reaches 1, or a CI that cannot tell) earn the further duels a comparison against the baseline earns
         (compare.MAX_DUELS_AMPLE), with what is left of the budget before the confirmation: the plan has nothing
         else to spend it on. One lstm_collate run read batch 256 over 128 not beyond the noise in three lockstep
         duels, kept 128 and ended at 76 s of its 180; its twin run kept 256, 1.06x faster re-measured. Returns
