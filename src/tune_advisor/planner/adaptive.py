@@ -145,11 +145,11 @@ class AdaptivePlanner(Planner):
 
     def _second_look(self, current: ProbeResult) -> ProbeResult | None:
         """With nothing left to explore, the comparisons against the best that are still open (`open_gains`: a
-        gain of at least MIN_GAIN at the median whose CI reaches 1, or a CI that cannot tell) earn the further duels a comparison against the baseline earns
-        (compare.MAX_DUELS_AMPLE), with what is left of the budget before the confirmation: the plan has nothing
-        else to spend it on. One lstm_collate run read batch 256 over 128 not beyond the noise in three lockstep
-        duels, kept 128 and ended at 76 s of its 180; its twin run kept 256, 1.06x faster re-measured. Returns
-        the candidate that now beats the best, or None."""
+        gain of at least MIN_GAIN at the median whose CI reaches 1, or a CI that cannot tell) earn the further
+        duels a comparison against the baseline earns (compare.MAX_DUELS_AMPLE), with what is left of the budget
+        before the confirmation: the plan has nothing else to spend it on. One lstm_collate run read batch 256
+        over 128 not beyond the noise in three lockstep duels, kept 128 and ended at 76 s of its 180; its twin run
+        kept 256, 1.06x faster re-measured. Returns the candidate that now beats the best, or None."""
         s = self.session
         for candidate in s.open_gains(current):
             if not self._usable(candidate):

@@ -103,9 +103,8 @@ class Comparisons:
         key = (settings_key(reference.settings), settings_key(candidate.settings))
         while (asked := len(self._duels.get(key, []))) < MAX_DUELS_AMPLE:
             dueled = self.dueled(reference, candidate)
-            promising = median >= 1 + MIN_GAIN and low <= 1.0
             untold = _untold(low, high) and (asked < MIN_DUELS_UNDECIDED or second_look)
-            if dueled and not (promising or untold):
+            if dueled and not (_promising(median, low) or untold):
                 break  # decided
             if asked >= MAX_DUELS and not (second_look or self.is_baseline(reference)):
                 break  # duels past MAX_DUELS are for gains over the baseline, or a plan's second look, only
@@ -124,9 +123,9 @@ class Comparisons:
     def open_gains(self, reference: ProbeResult) -> list[ProbeResult]:
         """The settings dueled as candidates against `reference` whose gain over it is still open, with fewer than
         MAX_DUELS_AMPLE duels so far: promising (at least MIN_GAIN at the median) with a CI that reaches 1, or a
-        CI that reaches from below 1 past MIN_GAIN at a median from DUEL_FROM (one augment_cpu run read 2 loader workers
-        over none at 0.97x, 1.29x and 0.94x in three rounds in turn, kept nothing and ended at 28 s of its 180;
-        the grid put 2 workers 1.2-1.4x over none). Highest median first; each as its first probe of those
+        CI that reaches from below 1 past MIN_GAIN at a median from DUEL_FROM (one augment_cpu run read 2 loader
+        workers over none at 0.97x, 1.29x and 0.94x in three rounds in turn, kept nothing and ended at 28 s of its
+        180; the grid put 2 workers 1.2-1.4x over none). Highest median first; each as its first probe of those
         settings."""
         ref = settings_key(reference.settings)
         found = []
@@ -137,7 +136,7 @@ class Comparisons:
             if candidate is None or not candidate.ok:
                 continue
             median, low, high = self.gain(reference, candidate)
-            if (median >= 1 + MIN_GAIN and low <= 1.0) or (median >= DUEL_FROM and _untold(low, high)):
+            if _promising(median, low) or (median >= DUEL_FROM and _untold(low, high)):
                 found.append((median, candidate))
         return [c for _, c in sorted(found, key=lambda mc: -mc[0])]
 
@@ -214,6 +213,11 @@ class Comparisons:
             done = [(a, b) for a, b in pairs if a.ok and b.ok and "lockstep" in a.extra and "lockstep" in b.extra]
             groups.append([window_rate(b) / window_rate(a) for a, b in done])
         return stats.pooled_log_sd(groups)
+
+
+def _promising(median: float, low: float) -> bool:
+    """Whether a gain is worth keeping at its median (MIN_GAIN) but not yet beyond the noise (its CI reaches 1)."""
+    return median >= 1 + MIN_GAIN and low <= 1.0
 
 
 def _untold(low: float, high: float) -> bool:
