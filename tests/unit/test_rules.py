@@ -141,6 +141,22 @@ def test_input_pipeline_bound_names_the_planners_choice_of_workers_when_it_made_
     assert "num_workers=8" in finding["fix"]["snippet"] and finding["gain"]["speedup"]["ci_low"] > 1
 
 
+def test_the_planners_choice_of_workers_says_its_gain_is_its_own_where_the_recommendation_changes_more():
+    # GIVEN the same run, but a recommendation that also doubles the batch (the headline's speedup is then the
+    # whole recommendation's, as in the shipped io_bound report: 32 workers, batch 64, persistent workers)
+    doc = load("io_bound")
+    eight = next(p for p in doc["probes"] if p["id"] == "p011")  # 8 workers at the baseline's other settings
+    doc["recommended"] = {**copy.deepcopy(eight), "id": "p017", "settings": {**eight["settings"], "batch_size": 64}}
+    doc["probes"].append(doc["recommended"])
+    finding = {f["code"]: f for f in evaluate(doc)}["TA101"]
+    # THEN the finding still names 8 workers, with the gain of 8 workers alone, and says that it is alone
+    assert finding["fix"]["settings"] == {"num_workers": 8}
+    assert "num_workers=8 (the planner's choice; by itself, at the baseline's other settings) trains" \
+        in finding["message"]
+    # AND with the recommendation that changes only the workers it says nothing of the kind
+    assert "by itself" not in findings("io_bound")["TA101"]["message"]
+
+
 def test_estimated_gains_are_labelled():
     gain = findings("io_bound")["TA103"]["gain"]
     assert gain["measured"] is False and gain["basis"].startswith("estimated")

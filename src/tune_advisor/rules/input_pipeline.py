@@ -39,7 +39,9 @@ def input_pipeline_bound(ctx: Context) -> Finding | None:
         workers the cores can feed: `1 / ((1 - w) + w / workers)`) and labelled so. Where the baseline
         loaded without workers, its `extra.fetch_cpu_frac` (the loading thread's CPU share) and the usable cores
         (`environment.usable_cores`) give the workers the cores can feed (cores / share); a pick at or past that
-        count is said to fill the cores.
+        count is said to fill the cores. Where the planner's recommendation changes more than the workers, the
+        gain quoted is still that of its worker count by itself, at the baseline's other settings, and the
+        message says so (the headline's speedup is the whole recommendation's).
 
     Fix:
         Set `num_workers` to the knee (or the planner's choice, when it recommends one) in your DataLoader;
@@ -90,6 +92,9 @@ def input_pipeline_bound(ctx: Context) -> Finding | None:
     chosen = ctx.variant(base, num_workers=rec["num_workers"]) if rec is not None and rec is not base and \
         rec["num_workers"] != workers else None
     pick, why = (chosen, "the planner's choice") if chosen is not None else (knee, "the knee of the loader ladder")
+    if chosen is not None and any(v != base[k] for k, v in rec.settings.items() if k != "num_workers"):
+        # the headline's speedup is the whole recommendation's: say that this figure is the workers' share of it
+        why += "; by itself, at the baseline's other settings"
     gain = ctx.gain(base, pick)
     top = pick["num_workers"] == max(ladder)
     fed = cap is not None and pick["num_workers"] >= cap  # the cores are busy: more workers would only queue
