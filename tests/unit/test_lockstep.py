@@ -64,22 +64,25 @@ class FakeProbe:
 
 
 def conduct(tmp_path: Path, protocol: Protocol, first: int = 0, fail_at=(0, 0), timeout_s: float = 30,
-            cycles=(1, 1)):
-    """Start two fake children in lockstep and conduct them (`cycles`: each side's steps per optimizer step);
-    returns (why, children, reports, seconds taken)."""
+            cycles=(1, 1), step_s=(STEP_S, STEP_S), match_turns: bool = False, record: dict | None = None):
+    """Start two fake children in lockstep and conduct them (`cycles`: each side's steps per optimizer step;
+    `step_s`: each side's step time); returns (why, children, reports, seconds taken). `record` receives the
+    steps of each side's turns."""
     channels, probes = [], []
     for side, name in enumerate("ab"):
         channels.append(lockstep._Channel(tmp_path, name))
         spec = ProbeSpec(id=name, workload="", settings={"num_workers": 0}, protocol=protocol, timeout_s=timeout_s)
-        proc = subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(channels[-1].paths), str(STEP_S),
+        proc = subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(channels[-1].paths), str(step_s[side]),
                                  str(fail_at[side]), str(tmp_path / f"{name}.json"), str(WARM_S),
                                  str(cycles[side])],
                                 start_new_session=True)
         probes.append(FakeProbe(spec, proc))
-    pair = lockstep._Pair(probes, channels)
+    pair = lockstep._Pair(probes, channels, match_turns=match_turns)
     started = time.monotonic()
     try:
         why, _ = pair.conduct(first)
+        if record is not None:
+            record["turns"] = pair.turns
         for probe in probes:
             probe.proc.wait(timeout=30)
     finally:
@@ -103,6 +106,19 @@ def turns(reports: dict) -> str:
     return "".join(name for _, _, name in spans)
 
 
+def bare_pair() -> lockstep._Pair:
+    """A conductor without children, for its stopping rule alone (one step a turn)."""
+    pair = object.__new__(lockstep._Pair)
+    pair.reps, pair.match_turns = [1, 1], False
+    return pair
+
+
+def enough(pair: lockstep._Pair, steps: list[list[float]]) -> bool:
+    """Whether the pair would stop after these steps, each side having taken them one a turn."""
+    pair.turns = [[1] * len(s) for s in steps]
+    return pair._enough(steps)
+
+
 @pytest.mark.parametrize("protocol, steps, first", [
     (Protocol(min_steps=5, min_time_s=10 * STEP_S, max_steps=100, max_time_s=10), 10, 0),  # min time: 10 steps
     (Protocol(min_steps=7, min_time_s=0, max_steps=100, max_time_s=10), 7, 1),  # min steps
@@ -124,6 +140,55 @@ def test_two_children_take_turns_a_b_b_a_and_stop_together(tmp_path, protocol, s
     (start_1, end_1), (start_2, end_2) = (reports[side]["warm_span"] for side in (a, b))
     assert end_1 - start_1 >= WARM_S and end_2 - start_2 >= WARM_S
     assert end_1 <= start_2 and end_2 <= min(start for start, _ in reports[a]["spans"])
+
+
+@pytest.mark.parametrize("match_turns", [True, False])
+def test_a_side_with_much_shorter_steps_takes_as_many_a_turn_as_last_one_of_its_partners(tmp_path, match_turns):
+    # GIVEN a side whose steps take 4 ms beside a partner's 20 ms (a batch several times smaller)
+    record = {}
+    why, _, reports, _ = conduct(tmp_path, Protocol(min_steps=8, min_time_s=0, max_steps=400, max_time_s=10),
+                                 step_s=(0.004, 0.020), match_turns=match_turns, record=record)
+    a_turns, b_turns = record["turns"]
+    assert why == "measured" and len(a_turns) == len(b_turns) >= 8
+    # THEN with matched turns, after MATCH_AFTER pairs of single steps, the shorter side takes 5 steps a turn and
+    # its partner one, so both sides' turns last as long (a cost paid once a turn weighs alike on both)
+    if match_turns:
+        assert a_turns[:lockstep.MATCH_AFTER] == [1] * lockstep.MATCH_AFTER
+        assert set(a_turns[lockstep.MATCH_AFTER:]) == {5} and set(b_turns) == {1}
+    else:  # the gate's pairs: one step a turn, whatever the steps take
+        assert set(a_turns) == set(b_turns) == {1}
+    # AND the turns still alternate A B, B A, never overlapping, and each child measured the steps of its turns
+    assert turns(reports) == "".join(("a" * ta + "b" * tb, "b" * tb + "a" * ta)[i % 2]
+                                     for i, (ta, tb) in enumerate(zip(a_turns, b_turns)))
+    assert reports["a"]["steps"] == sum(a_turns) and reports["b"]["steps"] == sum(b_turns)
+
+
+def test_matched_turns_are_compared_turn_by_turn_so_the_shared_moments_still_cancel():
+    from tune_advisor.planner.compare import pair_ratio
+    from tune_advisor.probe.result import ProbeResult, Status
+
+    # GIVEN a pair of equal throughput (8 samples in 10 ms beside 40 in 50 ms) on a machine whose speed swings 40%
+    # from one turn to the next, with a cost of 3 ms paid at the start of every turn; the shorter side took 5 steps
+    # a turn after 3 single ones
+    swing = [1.0 if (t // 2) % 2 else 1.4 for t in range(30)]
+    a_turns, b_turns = [1, 1, 1] + [5] * 27, [1] * 30
+    a_steps = [(0.01 + (0.003 if i == 0 else 0)) * f for f, k in zip(swing, a_turns) for i in range(k)]
+    b_steps = [(0.05 + 0.003) * f for f in swing]
+
+    def side(pid, steps, items, record):
+        extra = {"lockstep": {"partner": "other", **({"turns": record} if record else {})}}
+        return ProbeResult(pid, {"batch_size": items}, Status.OK, raw={"step_s": steps, "items": [items] * len(steps)},
+                           extra=extra)
+
+    a, b = side("a", a_steps, 8, a_turns), side("b", b_steps, 40, None)
+    median, low, high = pair_ratio([(a, b)])
+    # THEN the turns pair up: the swings cancel, and the matched turns' ratio reads the steady-state one, within
+    # 1% (the three single-step turns at the start still carry the cost on every step of the shorter side)
+    assert 0.99 < low <= median <= high < 1.02
+    # AND without the record of its turns the two sides' steps cannot pair: resampled apart, far wider
+    a.extra["lockstep"].pop("turns")
+    _, low_apart, high_apart = pair_ratio([(a, b)])
+    assert np.log(high_apart / low_apart) > 3 * np.log(high / low)
 
 
 def test_a_side_that_accumulates_gradients_makes_the_pair_measure_whole_cycles(tmp_path):
@@ -227,14 +292,14 @@ def test_the_planners_duels_stop_once_the_ratio_settles_while_each_side_still_sw
     a = [0.01 * (1.4 if (i // 3) % 2 else 1.0) for i in range(20)]
     b = [1.2 * x for x in a]
     assert lockstep.wave_noise(a, 1) > 0.1 and lockstep.ratio_settled(a, b, 1)
-    pair = object.__new__(lockstep._Pair)
+    pair = bare_pair()
     pair.protocol = Protocol(min_steps=10, min_time_s=0.05, max_steps=200, max_time_s=10)
     pair.cap, pair.waves, pair.epochs, pair.window = 200, [1, 1], [0, 0], None
     # THEN the ratio rule (the planner's duels) has enough; the gate's rule (each side steady) keeps measuring
     pair.noise = "ratio"
-    assert pair._enough([a, b]) and not pair._enough([a[:8], b[:8]])  # but never under the minimum steps
+    assert enough(pair, [a, b]) and not enough(pair, [a[:8], b[:8]])  # but never under the minimum steps
     pair.noise, pair.window = "each", None  # a new pair
-    assert not pair._enough([a, b])
+    assert not enough(pair, [a, b])
     # AND below 4 whole loader waves the ratio is not trusted
     assert not lockstep.ratio_settled(a[:12], b[:12], 4)
 
@@ -242,36 +307,36 @@ def test_the_planners_duels_stop_once_the_ratio_settles_while_each_side_still_sw
 def test_a_pair_with_loader_workers_measures_whole_epochs_of_both_sides():
     # GIVEN steady steps, a protocol met after 10 pairs, and sides with 16- and 32-step epochs (other batch sizes)
     steps = [0.01] * 100
-    pair = object.__new__(lockstep._Pair)
+    pair = bare_pair()
     pair.protocol = Protocol(min_steps=10, min_time_s=0.05, max_steps=200, max_time_s=10)
     pair.cap, pair.waves, pair.noise, pair.epochs, pair.window = 200, [2, 2], "each", [16, 32], None
     pair.deadline = time.monotonic() + 60
     # THEN the pair goes on to 32 steps, where each side's window holds whole epochs
-    assert not pair._enough([steps[:10], steps[:10]]) and not pair._enough([steps[:31], steps[:31]])
-    assert pair._enough([steps[:32], steps[:32]])
+    assert not enough(pair, [steps[:10], steps[:10]]) and not enough(pair, [steps[:31], steps[:31]])
+    assert enough(pair, [steps[:32], steps[:32]])
     # AND without loader workers, 10 pairs are enough
     pair.epochs, pair.window = [0, 0], None
-    assert pair._enough([steps[:10], steps[:10]])
+    assert enough(pair, [steps[:10], steps[:10]])
 
 
 def test_a_pair_of_two_batch_sizes_goes_on_further_to_hold_both_sides_restarts():
     # GIVEN a duel of batch 32 against 128 with loader workers (epochs of 64 and 16 steps) whose larger side
     # reaches the 4 s cap after 40 steps, and whose common multiple of epochs, 64 steps, is projected at 6.4 s
     slow, fast = [0.1] * 100, [0.03] * 100
-    pair = object.__new__(lockstep._Pair)
+    pair = bare_pair()
     pair.protocol = Protocol(min_steps=10, min_time_s=0.5, max_steps=200, max_time_s=4.0)
     pair.cap, pair.waves, pair.noise, pair.epochs, pair.window = 200, [3, 3], "each", [64, 16], None
     pair.deadline = time.monotonic() + 60
     # THEN it measures the 64 steps (1.6x the cap, beyond EPOCH_ROUNDING_CAP): each side holds its share of restarts
     assert 4.0 * EPOCH_ROUNDING_CAP < 6.4
-    assert not pair._enough([fast[:42], slow[:42]]) and not pair._enough([fast[:63], slow[:63]])
-    assert pair._enough([fast[:64], slow[:64]])
+    assert not enough(pair, [fast[:42], slow[:42]]) and not enough(pair, [fast[:63], slow[:63]])
+    assert enough(pair, [fast[:64], slow[:64]])
     # AND not where the steps to it would end after the probes' deadline (the budget's end)
     pair.window, pair.deadline = None, time.monotonic() + 10
-    assert pair._enough([fast[:42], slow[:42]])
+    assert enough(pair, [fast[:42], slow[:42]])
     # AND sides whose epochs are the same length keep the usual bound: their restarts fall at the same steps
     pair.window, pair.epochs, pair.deadline = None, [64, 64], time.monotonic() + 60
-    assert pair._enough([slow[:42], slow[:42]])
+    assert enough(pair, [slow[:42], slow[:42]])
 
 
 def test_a_ratio_settles_when_it_is_precise_or_clearly_away_from_one():
@@ -308,7 +373,9 @@ def test_which_zygote_slot_each_side_forks_from(tmp_path, monkeypatch, first, fi
     started = []
 
     class Conducted:
-        def __init__(self, probes, channels, noise):
+        turns = [[], []]
+
+        def __init__(self, probes, channels, noise, match_turns):
             pass
 
         def conduct(self, first):

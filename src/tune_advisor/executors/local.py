@@ -43,7 +43,8 @@ class LocalBackend:
     def pair(self, specs: list[ProbeSpec], roles: list[str], first: int) -> list[ProbeResult]:
         # one protocol and one limit for both: the budget left was read twice, microseconds apart
         specs = [specs[0], replace(specs[1], protocol=specs[0].protocol, budget_left_s=specs[0].budget_left_s)]
-        return lockstep.run_pair(specs, self.workdir, roles, first=first, noise="ratio", first_takes_slot0=True)
+        return lockstep.run_pair(specs, self.workdir, roles, first=first, noise="ratio", first_takes_slot0=True,
+                                 match_turns=True)
 
     def many(self, jobs: list[Job]) -> Iterator[ProbeResult]:
         for spec, role in jobs:  # one child at a time: a second would slow the first

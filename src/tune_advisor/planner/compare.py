@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..analysis import stats
+from ..probe.lockstep import turn_sums, turns_of
 from ..probe.result import ProbeResult
 from .keep import MIN_GAIN
 
@@ -245,15 +246,25 @@ def pair_ratio(pairs: list[tuple[ProbeResult, ProbeResult]],
                waves: tuple[int, int] = (1, 1)) -> tuple[float, float, float]:
     """candidate/reference throughput over (reference, candidate) probe pairs: (median, ci_low, ci_high).
 
-    Pairs measured in lockstep have step k of one side next to step k of the other, so the bootstrap resamples
-    the same blocks of steps on both sides and the moments they shared cancel. Pairs run one after the other
-    (no `lockstep` in extra, or unequal step counts) are resampled independently."""
+    Pairs measured in lockstep have turn k of one side next to turn k of the other (a step each, or several of
+    the side with much shorter steps: probe/lockstep.py), so the bootstrap resamples the same blocks of turns on
+    both sides and the moments they shared cancel; `waves` (each side's loader wave, in steps) become turns. Pairs
+    run one after the other (no `lockstep` in extra, or unequal turn counts) are resampled independently."""
     ok = [(a, b) for a, b in pairs if a.ok and b.ok and a.measured and b.measured]
     if not ok:
         return float("nan"), float("nan"), float("nan")
-    paired = all("lockstep" in a.extra and "lockstep" in b.extra and len(a.step_s) == len(b.step_s) for a, b in ok)
-    pooled = [[x for pair in ok for x in getattr(pair[side], attr)] for side in (0, 1) for attr in ("items", "step_s")]
-    return stats.ratio_ci(*pooled, seed=0, waves=waves, paired=paired)
+    turns = [(turns_of(a), turns_of(b)) for a, b in ok if "lockstep" in a.extra and "lockstep" in b.extra]
+    paired = len(turns) == len(ok) and all(ta is not None and tb is not None and len(ta) == len(tb)
+                                           for ta, tb in turns)
+    if not paired:
+        pooled = [[x for pair in ok for x in getattr(pair[side], attr)] for side in (0, 1)
+                  for attr in ("items", "step_s")]
+        return stats.ratio_ci(*pooled, seed=0, waves=waves, paired=False)
+    pooled = [[x for pair, sides in zip(ok, turns) for x in turn_sums(getattr(pair[side], attr), sides[side])]
+              for side in (0, 1) for attr in ("items", "step_s")]
+    per_turn = [min(max(sides[side]) for sides in turns) for side in (0, 1)]
+    waves = (-(-waves[0] // per_turn[0]), -(-waves[1] // per_turn[1]))
+    return stats.ratio_ci(*pooled, seed=0, waves=waves, paired=True)
 
 
 def plain_wall(probe: ProbeResult) -> float:

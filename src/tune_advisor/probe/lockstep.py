@@ -19,6 +19,14 @@ side always moves first), stops after a whole pair once both sides meet the prot
 or one hits its cap, and pauses the waiting side's process group (SIGSTOP) so that its loader workers cannot
 prefetch, nor its threads spin, on the other side's turn. It never blocks without a deadline: it sleeps in
 select() on the FIFO and both children's pidfds, until the probes' wall-clock limit.
+
+Matched turns (`run_pair(match_turns=True)`, the planner's duels): a turn begins where the partner's left the
+caches and the core, a cost paid once per turn. With one step a turn that cost lands on every step, and weighs
+more on the side whose steps are shorter: lockstep then reads the longer-step side high. So once each side has
+taken MATCH_AFTER single steps, a side whose median step is MATCH_FROM or more times shorter than its partner's
+takes the nearest whole number of steps to one of its partner's in each turn, and the two sides' turns last about
+as long. Each side's result records its steps per turn (`extra.lockstep.turns`, where any turn held more than one
+step), and comparisons pair the two sides turn by turn (`turn_sums`).
 """
 
 from __future__ import annotations
@@ -45,6 +53,13 @@ BEGIN, GO, STOP = b"w", b"g", b"s"
 READY = "ready"
 POLL_S = 0.25  # liveness checks without pidfds (not Linux >= 5.3)
 PARTNER_ENDED = "the other side of the lockstep pair ended first"
+# Matched turns (see above). Over 102 lockstep pairs of the planner's duels whose steps were 1.5-2.5x apart
+# (search_quality runs of all ten fixtures, Intel Xeon, 2 cores), the longer-step side read 4.4% higher against
+# the shorter than the same two settings did in the grid's probes alone (1.0-1.5x apart: 0-2%); a 3% gain decides a
+# knob. docs/planner.md, "Matched turns".
+MATCH_FROM = 1.5
+MATCH_AFTER = 3  # single-step pairs of turns before the two sides' step times are compared
+MAX_TURN_STEPS = 16
 
 
 class LockstepError(RuntimeError):
@@ -202,8 +217,11 @@ class _TimedOut(Exception):
 class _Pair:
     """Hands the baton between two started children (runner.Started) and decides when both have measured enough."""
 
-    def __init__(self, probes: list[runner.Started], channels: list[_Channel], noise: str = "each"):
-        self.probes, self.channels, self.noise = probes, channels, noise
+    def __init__(self, probes: list[runner.Started], channels: list[_Channel], noise: str = "each",
+                 match_turns: bool = False):
+        self.probes, self.channels, self.noise, self.match_turns = probes, channels, noise, match_turns
+        self.reps = [1, 1]  # steps per turn of each side (matched_turns)
+        self.turns: list[list[int]] = [[], []]  # steps of each turn each side took
         self.deadline = min(p.deadline for p in probes)
         self.exit_fds = [_pidfd(p.pid) for p in probes]
         protocol = probes[0].spec.protocol
@@ -234,9 +252,10 @@ class _Pair:
                 self._signal(side, signal.SIGSTOP)
             while not self._enough(steps, items):
                 for side in order:
-                    step_s, work = self._step(side)
-                    steps[side].append(step_s)
-                    items[side].append(work)
+                    for step_s, work in self._turn(side, self.reps[side]):
+                        steps[side].append(step_s)
+                        items[side].append(work)
+                    self.turns[side].append(self.reps[side])
                 order = order[::-1]
         except _Ended as ended:
             for side in (0, 1):
@@ -255,46 +274,65 @@ class _Pair:
             if fd is not None:
                 os.close(fd)
 
-    def _step(self, side: int) -> tuple[float, float]:
-        """One measured step of `side`: (its seconds, its items)."""
+    def _turn(self, side: int, steps: int) -> list[tuple[float, float]]:
+        """One turn of `side`: `steps` measured steps, each (its seconds, its items)."""
         self._signal(side, signal.SIGCONT)
-        os.write(self.channels[side].go, GO)
-        step_s, items = self._receive(side).split()
+        done = []
+        for _ in range(steps):
+            os.write(self.channels[side].go, GO)
+            step_s, items = self._receive(side).split()
+            done.append((float(step_s), float(items)))
         self._signal(side, signal.SIGSTOP)
-        return float(step_s), float(items)
+        return done
 
     def _stop(self, side: int) -> None:
         self._signal(side, signal.SIGCONT)
         os.write(self.channels[side].go, STOP)  # buffered in the FIFO even if the child has exited
 
     def _enough(self, steps: list[list[float]], items: list[list[float]] | None = None) -> bool:
-        """After a whole pair: stop at a cap, or when both sides meet the protocol (min steps, min time, noise);
-        with loader workers, then go on to a whole number of both sides' epochs when that is near, as a
-        free-running child does (`window.EpochWindow`)."""
-        n = len(steps[0])
+        """After a whole pair of turns: stop at a cap, or when both sides meet the protocol (min steps, min time,
+        noise); with loader workers, then go on to a whole number of both sides' epochs when that is near, as a
+        free-running child does (`window.EpochWindow`). With `match_turns`, the steps per turn are fixed after
+        MATCH_AFTER pairs (`matched_turns`), and the window counts turns."""
+        n = len(self.turns[0])
         if n == 0:
             return False
         if self.window is None:
-            known = {e for e in self.epochs if e}
+            if self.match_turns:
+                if n < MATCH_AFTER and not self._capped(steps):
+                    return False
+                self.reps = matched_turns(steps)
+            # a side's epochs in turns, where they hold whole turns (with matched turns of the batch ratio, a
+            # smaller batch's longer epoch takes as many turns as its partner's)
+            known = {e // r for e, r in zip(self.epochs, self.reps) if e and e % r == 0}
             period = math.lcm(*known) if known else None
             rounding = EPOCH_ROUNDING_CAP
             if len(known) > 1:  # epochs that differ need their common multiple, if both sides' steps to it end
                 # before the probes' deadline (the budget's end): each side measures up to the cap's multiple
                 room = (self.deadline - time.monotonic()) / 2 / self.protocol.max_time_s
                 rounding = max(EPOCH_ROUNDING_CAP, min(PAIR_EPOCH_ROUNDING_CAP, room))
-            self.window = EpochWindow(period, self.cap, self.protocol.max_time_s, wave=max(self.waves),
-                                      rounding_cap=rounding)
+            self.window = EpochWindow(period, self.cap // max(self.reps), self.protocol.max_time_s,
+                                      wave=self._turn_wave(), rounding_cap=rounding)
         return self.window.done(self._measured_enough(steps, items), n, max(sum(s) for s in steps))
 
+    def _capped(self, steps: list[list[float]]) -> bool:
+        """Whether either side reached the step cap or the protocol's time cap."""
+        return max(map(len, steps)) >= self.cap or max(sum(s) for s in steps) >= self.protocol.max_time_s
+
+    def _turn_wave(self) -> int:
+        """A loader wave in turns: the turns that hold a whole wave of the side that needs the most."""
+        return max(-(-wave // reps) for wave, reps in zip(self.waves, self.reps))
+
     def _measured_enough(self, steps: list[list[float]], items: list[list[float]] | None) -> bool:
-        n, proto = len(steps[0]), self.protocol
-        measured = [sum(s) for s in steps]  # per side, its own steps only: the wall time is twice as long
-        if n >= self.cap or max(measured) >= proto.max_time_s:
+        proto = self.protocol
+        if self._capped(steps):
             return True
-        if n < proto.min_steps or min(measured) < proto.min_time_s:
+        if min(map(len, steps)) < proto.min_steps or min(sum(s) for s in steps) < proto.min_time_s:
             return False
-        if self.noise == "ratio":
-            return ratio_settled(steps[0], steps[1], max(self.waves), items=items)
+        if self.noise == "ratio":  # turn by turn: the moments both sides' turns shared cancel
+            times = [turn_sums(s, t) for s, t in zip(steps, self.turns)]
+            work = [turn_sums(i, t) for i, t in zip(items, self.turns)] if items is not None else None
+            return ratio_settled(times[0], times[1], self._turn_wave(), items=work)
         return all(wave_noise(s, wave) <= proto.noise_bar for s, wave in zip(steps, self.waves))
 
     def _receive(self, side: int) -> str:
@@ -343,8 +381,35 @@ def ratio_settled(a: Sequence[float], b: Sequence[float], wave: int, precision: 
     return bool(half <= np.log1p(precision) or abs(logs.mean()) - half > np.log1p(precision))
 
 
+def matched_turns(steps: Sequence[Sequence[float]]) -> list[int]:
+    """Steps per turn of each side: one, and for a side whose median step is at least MATCH_FROM times shorter
+    than its partner's, the nearest whole number of its steps to one of its partner's (at most MAX_TURN_STEPS)."""
+    medians = [float(np.median(s)) if len(s) else 0.0 for s in steps]
+    reps = [1, 1]
+    if min(medians) > 0 and max(medians) >= MATCH_FROM * min(medians):
+        reps[medians.index(min(medians))] = min(MAX_TURN_STEPS, round(max(medians) / min(medians)))
+    return reps
+
+
+def turn_sums(values: Sequence[float], turns: Sequence[int]) -> list[float]:
+    """A lockstep side's per-step `values` summed over each of its turns (`turns`: steps per turn, in order)."""
+    sums, i = [], 0
+    for steps in turns:
+        sums.append(float(sum(values[i:i + steps])))
+        i += steps
+    return sums
+
+
+def turns_of(result: ProbeResult) -> list[int] | None:
+    """Steps per turn a lockstep side took, in order (one each where its result records none: pairs without
+    matched turns); None where the record does not add up to its measured steps (a side that ended inside a
+    turn)."""
+    turns = (result.extra.get("lockstep") or {}).get("turns") or [1] * len(result.step_s)
+    return list(turns) if sum(turns) == len(result.step_s) else None
+
+
 def run_pair(specs: Sequence[ProbeSpec], workdir: Path, roles: Sequence[str], first: int = 0,
-             noise: str = "each", first_takes_slot0: bool = False) -> list[ProbeResult]:
+             noise: str = "each", first_takes_slot0: bool = False, match_turns: bool = False) -> list[ProbeResult]:
     """Measure two probes in lockstep and return both results, in the order of `specs`.
 
     `first` is the side that takes the first measured step. `noise` says when the measurement is steady enough
@@ -353,9 +418,11 @@ def run_pair(specs: Sequence[ProbeSpec], workdir: Path, roles: Sequence[str], fi
     which need only the ratio; a machine swinging between speed states moves both sides alike, so the ratio
     settles long before either side does). Each side forks from a probe zygote of its own: side 0 from slot 0,
     or, with `first_takes_slot0` (the planner's duels, which alternate `first`), the side that moves first, so
-    that a bias of either zygote flips with the order. Each result is built as `runner.run_probe` builds it;
-    `extra.lockstep` adds the child's steps, waiting time and step spans, and why the pair stopped. A side that
-    fails keeps its status; the other is stopped cleanly and keeps the steps it measured.
+    that a bias of either zygote flips with the order. `match_turns`: a side with much shorter steps takes
+    several a turn (see the module's docstring). Each result is built as `runner.run_probe` builds it;
+    `extra.lockstep` adds the child's steps, waiting time and step spans, why the pair stopped, and its steps per
+    turn where a turn held more than one. A side that fails keeps its status; the other is stopped cleanly and
+    keeps the steps it measured.
     """
     if len(specs) != 2 or specs[0].protocol != specs[1].protocol:
         raise ValueError("lockstep measures two probes under one protocol")
@@ -369,7 +436,7 @@ def run_pair(specs: Sequence[ProbeSpec], workdir: Path, roles: Sequence[str], fi
             channels.append(_Channel(workdir, spec.id))
             spec = dataclasses.replace(spec, lockstep=channels[-1].paths)
             probes.append(runner.start_probe(spec, workdir, role, slot=slot))  # a zygote each: both forked at once
-        pair = _Pair(probes, channels, noise)
+        pair = _Pair(probes, channels, noise, match_turns)
         why, culprit = pair.conduct(first)
     except BaseException:  # Ctrl-C or a fault of ours: leave nothing running behind us
         for probe in probes:
@@ -386,6 +453,8 @@ def run_pair(specs: Sequence[ProbeSpec], workdir: Path, roles: Sequence[str], fi
     for side, result in enumerate(results):
         partner = results[1 - side]
         result.extra.setdefault("lockstep", {}).update(first=side == first, stopped=why, partner=partner.id)
+        if any(steps > 1 for steps in pair.turns[side]):
+            result.extra["lockstep"]["turns"] = pair.turns[side]
         if culprit is not None and side != culprit and not _partner_finished(result, partner, specs[0].protocol):
             _stopped_by_partner(result, partner)
     return results
