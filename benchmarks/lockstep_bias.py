@@ -6,8 +6,8 @@ lockstep pair of baseline and candidate with one step a turn (who moves first al
 matched turns (the side with much shorter steps takes several a turn, as the planner's duels do since 2026-11-26:
 probe/lockstep.py), then each of the two alone in a fresh probe (who goes first alternating). Prints each round's
 rates and ratios, then the geometric mean of each kind of lockstep ratio over that of the ratios alone, with the
-spread of a setting's rate between fresh processes. Prints the CPU model and flags first. About 1.5 minutes a
-round for cnn, 30 s for tiny_batch_mlp, on 2 cores.
+spread of a setting's rate between fresh processes. Prints the CPU model and flags first. About 50 s a round for
+cnn_128, 35-45 s for hf_transformer_32 and varlen_transformer, on 2 cores (an Intel Xeon, 2026-11-26).
 
     python benchmarks/lockstep_bias.py [--rounds 4] [CASE ...]   (cases: cnn, tiny_batch_mlp, lstm_collate,
                                                                  lstm_collate_256, varlen_transformer, cnn_128,

@@ -56,7 +56,9 @@ PARTNER_ENDED = "the other side of the lockstep pair ended first"
 # Matched turns (see above). Over 102 lockstep pairs of the planner's duels whose steps were 1.5-2.5x apart
 # (search_quality runs of all ten fixtures, Intel Xeon, 2 cores), the longer-step side read 4.4% higher against
 # the shorter than the same two settings did in the grid's probes alone (1.0-1.5x apart: 0-2%); a 3% gain decides a
-# knob. docs/planner.md, "Matched turns".
+# knob. Measured against runs alone (benchmarks/lockstep_bias.py, 8-16 rounds): varlen_transformer's lean went
+# from 11.0% to 0.9% with matched turns; cnn's at 4x (6.4%, 5.9%) and hf_transformer's at 2x (4.3%, 5.6%) stayed.
+# docs/planner.md, "Matched turns".
 MATCH_FROM = 1.5
 MATCH_AFTER = 3  # single-step pairs of turns before the two sides' step times are compared
 MAX_TURN_STEPS = 16
