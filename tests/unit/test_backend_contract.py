@@ -10,6 +10,7 @@ import pytest
 from tune_advisor import knobs
 from tune_advisor.distributed.launch import layout
 from tune_advisor.executors.local import LocalBackend, TorchrunBackend
+from tune_advisor.probe import lockstep
 from tune_advisor.probe.backend import ProbeBackend
 from tune_advisor.probe.result import ProbeResult, Status
 from tune_advisor.probe.spec import ProbeSpec
@@ -100,7 +101,10 @@ def test_a_pair_is_measured_together_and_returned_in_the_order_asked(backend):
     assert (a.id, a.role, a.settings["batch_size"]) == ("p004", "recheck", 16)
     assert (b.id, b.role, b.settings["batch_size"]) == ("p005", "knob:batch_size", 32)
     assert a.status is Status.OK and b.status is Status.OK, (a.error, b.error)
-    # each knows its partner and which side moved first; both measured as many steps, side by side
+    # each knows its partner and which side moved first; both took as many turns, side by side (a turn is one step,
+    # or several of a side whose steps are much shorter: probe/lockstep.py), and the turns hold every measured step
     assert (a.paired_with, b.paired_with) == ("p005", "p004")
     assert (a.extra["lockstep"]["first"], b.extra["lockstep"]["first"]) == (False, True)
-    assert len(a.step_s) == len(b.step_s) > 0
+    turns = [lockstep.turns_of(a), lockstep.turns_of(b)]
+    assert None not in turns and len(turns[0]) == len(turns[1]) > 0
+    assert [sum(t) for t in turns] == [len(a.step_s), len(b.step_s)]
