@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -21,10 +24,11 @@ class FakeProc:
     def __init__(self, path):
         self.path = path
 
-    def process(self, pid, rss, children=(), shared=None, private=0):
+    def process(self, pid, rss, children=(), shared=None, private=0, state="S"):
         folder = self.path / str(pid)
         (folder / "task" / str(pid)).mkdir(parents=True, exist_ok=True)
         (folder / "statm").write_text(f"99999 {rss // memory._PAGE} 0 0 0 0 0\n")
+        (folder / "stat").write_text(f"{pid} (pt_data_worker) {state} {ROOT} 1 1 0 -1\n")
         (folder / "task" / str(pid) / "children").write_text("".join(f"{c} " for c in children))
         if shared is not None:
             (folder / "smaps_rollup").write_text(
@@ -176,8 +180,8 @@ def test_a_worker_ending_before_its_smaps_read_is_not_taken_for_unreadable(tmp_p
 
     def read_after_exit(root, pid):
         if pid == 1:
-            (tmp_path / "1" / "statm").unlink()
-            (tmp_path / "1" / "smaps_rollup").unlink()
+            for name in ("stat", "statm", "smaps_rollup"):
+                (tmp_path / "1" / name).unlink()
         return real_read(root, pid)
 
     monkeypatch.setattr(memory, "read_shared_bytes", read_after_exit)
@@ -187,6 +191,65 @@ def test_a_worker_ending_before_its_smaps_read_is_not_taken_for_unreadable(tmp_p
     # THEN the other worker's shared bytes are used, and the ended one counts as the mean
     assert sampler.smaps_unreadable is None and tick.counts == SHARED_ONCE
     assert tick.bytes == 320 * MB
+
+
+def test_an_exited_worker_waiting_to_be_reaped_is_not_taken_for_unreadable(tmp_path):
+    # GIVEN a worker that exited and waits as a zombie (statm still reads, all zeros; smaps_rollup does not)
+    proc = FakeProc(tmp_path).process(ROOT, 300 * MB, children=[1, 2])
+    proc.worker(1, shared=200 * MB, private=10 * MB)
+    proc.process(2, 0, state="Z")
+    sampler = sampler_for(proc)
+
+    tick = sampler.tick()
+
+    # THEN the live worker's shared bytes count once, and smaps_rollup stays in use
+    assert sampler.smaps_unreadable is None and tick.counts == SHARED_ONCE
+    assert tick.bytes == 310 * MB and tick.rss_sum == 510 * MB
+
+
+ZOMBIE_TREE = """
+import os, sys, time
+import numpy as np
+pages = np.ones(64 * 2**20, dtype=np.uint8)  # 64 MiB that forked children share copy-on-write
+for _ in range(2):
+    if os.fork() == 0:
+        time.sleep(60)
+        os._exit(0)
+if os.fork() == 0:
+    os._exit(0)  # exits at once and is never reaped: a zombie, as a DataLoader worker between epochs
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def _states(pid):
+    states = []
+    for child in memory.read_children("/proc", pid):
+        with open(f"/proc/{child}/stat") as f:
+            states.append(f.read().rpartition(")")[2].split()[0])
+    return states
+
+
+def test_a_real_tree_with_a_zombie_child_still_counts_shared_pages_once():
+    # GIVEN a real process with two live forked children sharing its 64 MiB, and one exited child not yet reaped
+    root = subprocess.Popen([sys.executable, "-c", ZOMBIE_TREE], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        assert root.stdout.readline().strip() == "ready"
+        deadline = time.monotonic() + 10
+        while sorted(_states(root.pid)) != ["S", "S", "Z"]:  # the two sleeping children and the zombie
+            assert time.monotonic() < deadline, _states(root.pid)
+            time.sleep(0.05)
+
+        sampler = TreeMemorySampler(root.pid)
+        tick = sampler.tick()
+
+        # THEN the zombie is not taken for an unreadable smaps_rollup: the shared pages count once
+        assert sampler.smaps_unreadable is None and tick.counts == SHARED_ONCE
+        assert tick.rss_sum - tick.bytes > 100 * MB  # both children's 64 MiB of shared pages left out
+    finally:
+        os.killpg(root.pid, signal.SIGKILL)  # the children too
+        root.wait()
 
 
 def test_a_tree_of_one_process_is_its_rss_without_reading_smaps(tmp_path):

@@ -11,7 +11,7 @@ page shared with the parent is counted once, in the parent's RSS. smaps_rollup w
 (`SMAPS_SHARE`); in between, each tick reads every process's RSS and subtracts the shared bytes last read, and a
 worker not seen before (workers restart each epoch) is taken to share what the workers read shared on average.
 Where smaps_rollup cannot be read (an old kernel, no permission, no /proc) the figure is the summed RSS, and
-`peak_counts` says so. The summed RSS is kept too (`rss_sum_peak_bytes`).
+`peak_counts` says so; a worker that ended or exited unreaped (a zombie) is skipped, not taken for that. The summed RSS is kept too (`rss_sum_peak_bytes`).
 """
 
 from __future__ import annotations
@@ -137,10 +137,8 @@ class TreeMemorySampler:
             try:
                 shared[pid] = read_shared_bytes(self._proc, pid)
             except (OSError, ValueError) as e:
-                try:
-                    read_statm_rss(self._proc, pid)
-                except (OSError, ValueError, IndexError):
-                    continue  # the worker ended between reads
+                if not is_running(self._proc, pid):
+                    continue  # the worker ended between reads, or exited and waits to be reaped
                 self.smaps_unreadable = f"{pid}/smaps_rollup: {e.__class__.__name__}: {e}"
                 break
         cost = self._clock() - start
@@ -167,6 +165,18 @@ def read_statm_rss(proc: str, pid: int) -> int:
     """A process's resident bytes (statm: the second field, in pages)."""
     with open(f"{proc}/{pid}/statm") as f:
         return int(f.read().split()[1]) * _PAGE
+
+
+def is_running(proc: str, pid: int) -> bool:
+    """Whether a process is still running: its stat is readable and its state is not Z (a zombie) or X (dead).
+    An exited worker waits as a zombie until its parent reaps it (non-persistent DataLoader workers, at every
+    epoch's end): its statm still reads (all zeros) while its smaps_rollup raises "No such process"."""
+    try:
+        with open(f"{proc}/{pid}/stat") as f:
+            state = f.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X", "x")
 
 
 def read_children(proc: str, pid: int) -> list[int]:
