@@ -34,13 +34,14 @@ class ChildRun:
 
     def __init__(self, returncode: int | None, result: dict | None, timed_out: bool, peak_bytes: int,
                  killed: int, phase: str, log_tail: str, wall_s: float, rss_sum_peak_bytes: int | None = None,
-                 peak_counts: str | None = None):
+                 peak_counts: str | None = None, smaps_unreadable: str | None = None):
         self.returncode, self.result, self.timed_out = returncode, result, timed_out
         self.peak_bytes, self.killed, self.phase, self.log_tail, self.wall_s = (
             peak_bytes, killed, phase, log_tail, wall_s)
         # peak_bytes: the sampled tree's peak with pages shared by forked workers counted once (where smaps_rollup
         # is readable; `peak_counts` says how it was counted); rss_sum_peak_bytes: every process's RSS summed.
         self.rss_sum_peak_bytes, self.peak_counts = rss_sum_peak_bytes, peak_counts
+        self.smaps_unreadable = smaps_unreadable  # why the peak is the summed RSS, where it is
 
 
 class Started:
@@ -174,7 +175,7 @@ def wait_child(run: Started) -> ChildRun:
     sampler = run.sampler
     return ChildRun(child.returncode, result, run.timed_out, sampler.peak_bytes, run.killed, phase,
                     _tail(log_path), wall, rss_sum_peak_bytes=sampler.rss_sum_peak_bytes,
-                    peak_counts=sampler.peak_counts)
+                    peak_counts=sampler.peak_counts, smaps_unreadable=sampler.smaps_unreadable)
 
 
 class Forked:
@@ -299,6 +300,8 @@ def finish_probe(started: Started) -> ProbeResult:
     memory["sampled_tree_peak_bytes"] = run.peak_bytes  # pages shared by forked workers once (tree_peak_counts)
     memory["sampled_tree_rss_sum_peak_bytes"] = run.rss_sum_peak_bytes
     memory["tree_peak_counts"] = run.peak_counts
+    if run.smaps_unreadable:
+        memory["smaps_unreadable"] = run.smaps_unreadable
     result.memory = memory
     result.peak_memory_bytes = peak_memory(memory, spec.device)
 
