@@ -119,6 +119,9 @@ def main(argv: list[str]) -> int:
                   f"{f'{again:.2f}x [{low:.2f}, {high:.2f}]':>24} "
                   f"{reported / again:>6.3f} {covered:>6} {n_in:>3}/{len(base_rates) + len(rec_rates)}  "
                   f"{width(figures.get('baseline'))}, {width(figures.get('recommended'))}", flush=True)
+            # each round's two fresh probes, in the order measured: where a re-measure's own spread comes from
+            print(f"{'':<20} {'':>3} rounds (baseline, recommended): "
+                  + " ".join(f"({b:.0f}, {r:.0f})" for b, r in zip(base_rates, rec_rates)), flush=True)
         (a, fa, again_a), (b, fb, again_b) = runs
         same = a["recommended"]["settings"] == b["recommended"]["settings"]
         within = inside((fb.get("recommended") or {}).get("median") or 0, fa.get("recommended")) and inside(

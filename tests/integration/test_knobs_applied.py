@@ -126,3 +126,20 @@ def test_knobs_that_cannot_apply_here_are_refused_before_any_probe(tmp_path, mon
     with pytest.raises(UsageError, match="compile=default: not applicable: torch.compile needs a C"):
         api.probe(WORKLOADS / "tiny_mlp.py", {"compile": "default"}, device="cpu", protocol=FAST,
                   workdir=tmp_path)
+
+
+def test_a_setting_the_file_already_has_is_not_refused_as_a_change(tmp_path):
+    # GIVEN a workload whose own baseline pins memory (as a Hugging Face Trainer does by default) on a CPU
+    from tune_advisor.errors import UsageError
+
+    pinned = tmp_path / "pinned.py"
+    pinned.write_text((WORKLOADS / "tiny_mlp.py").read_text().replace(
+        'BASELINE = {"batch_size": 16}', 'BASELINE = {"batch_size": 16, "pin_memory": True}'))
+    # WHEN its full settings are passed back, as a re-measure of a report's baseline does
+    _, result = api.probe(pinned, {"batch_size": 16, "pin_memory": True}, device="cpu", protocol=FAST,
+                          workdir=tmp_path / "w")
+    # THEN it runs: only a change can be not applicable
+    assert result.ok, result.error
+    with pytest.raises(UsageError, match="pin_memory=True: not applicable"):
+        api.probe(WORKLOADS / "tiny_mlp.py", {"pin_memory": True}, device="cpu", protocol=FAST,
+                  workdir=tmp_path / "w2")

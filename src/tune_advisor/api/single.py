@@ -39,6 +39,8 @@ def probe(path: str | Path, settings: dict[str, Any] | None = None, *, device: s
     info = inspect_workload(path, device, workdir)
     full = {**info.baseline, **overrides}
     for name, value in overrides.items():
+        if name in info.baseline and info.baseline[name] == value:
+            continue  # the file's own setting is not a change (a Trainer's dataloader_pin_memory=True on a CPU)
         facts = replace(device_facts(device), world_size=launch.world_size(layout))
         reason = knobs.not_applicable(name, value, info.facts, facts, full)
         if reason:
