@@ -19,7 +19,7 @@ alike). Prints per fixture:
 Prints the CPU model and flags first. Takes twice the time a plan takes to end (most end on their own within
 a few minutes of the default budget) plus a few minutes of re-measures per fixture.
 
-    python benchmarks/reproducibility.py [--budget 10m] [FIXTURE ...]
+    python benchmarks/reproducibility.py [--budget 10m] [--precision 0.025 --max-rounds 20] [FIXTURE ...]
 """
 
 from __future__ import annotations
@@ -42,15 +42,16 @@ MAX_REMEASURES = 10
 PRECISION = 0.05
 
 
-def remeasure(path: Path, base: dict, rec: dict, workdir: Path) -> tuple[list[float], list[float]]:
-    """Throughputs of REMEASURES rounds (more while the ratio's CI is wider than ±PRECISION, up to MAX_REMEASURES)
+def remeasure(path: Path, base: dict, rec: dict, workdir: Path, precision: float = PRECISION,
+              most: int = MAX_REMEASURES) -> tuple[list[float], list[float]]:
+    """Throughputs of REMEASURES rounds (more while the ratio's CI is wider than ±`precision`, up to `most`)
     of fresh probes of `base` and `rec` (the default protocol, as analyze's baseline), who goes first alternating;
     a round with a failed probe is left out whole."""
     base_rates, rec_rates = [], []
-    for i in range(MAX_REMEASURES):
+    for i in range(most):
         if i >= REMEASURES and base == rec:
             break
-        if i >= REMEASURES and _precise(base_rates, rec_rates):
+        if i >= REMEASURES and _precise(base_rates, rec_rates, precision):
             break
         order = (base, rec) if i % 2 == 0 else (rec, base)
         got = {}
@@ -63,9 +64,9 @@ def remeasure(path: Path, base: dict, rec: dict, workdir: Path) -> tuple[list[fl
     return base_rates, rec_rates
 
 
-def _precise(base_rates: list[float], rec_rates: list[float]) -> bool:
+def _precise(base_rates: list[float], rec_rates: list[float], precision: float) -> bool:
     centre, low, high = remeasured_speedup(base_rates, rec_rates)
-    return high / centre - 1 <= PRECISION and 1 - low / centre <= PRECISION
+    return high / centre - 1 <= precision and 1 - low / centre <= precision
 
 
 def remeasured_speedup(base_rates: list[float], rec_rates: list[float]) -> tuple[float, float, float]:
@@ -91,6 +92,9 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("names", nargs="*")
     parser.add_argument("--budget", default=f"{api.DEFAULT_BUDGET_S // 60}m", help="analyze's (default: its own)")
+    parser.add_argument("--precision", type=float, default=PRECISION,
+                        help="re-measure while the re-measured speedup's CI is wider than this, relative (default 0.05)")
+    parser.add_argument("--max-rounds", type=int, default=MAX_REMEASURES, help="of a re-measure (default 10)")
     args = parser.parse_args(argv)
     names = args.names or sorted(p.stem for p in (ROOT / "fixtures").glob("*.py"))
     print(f"CPU: {environment.cpu_model()}; flags: {', '.join(environment.cpu_flags()) or 'none of note'}")
@@ -106,7 +110,7 @@ def main(argv: list[str]) -> int:
             doc = result.document
             figures = doc.get("figures") or {}
             base_rates, rec_rates = remeasure(path, doc["baseline"]["settings"], doc["recommended"]["settings"],
-                                              tmp / "probes")
+                                              tmp / "probes", args.precision, args.max_rounds)
             n_in = sum(inside(r, figures.get("baseline")) for r in base_rates) + sum(
                 inside(r, figures.get("recommended")) for r in rec_rates)
             hits, total = hits + n_in, total + len(base_rates) + len(rec_rates)
