@@ -207,6 +207,28 @@ def test_an_exited_worker_waiting_to_be_reaped_is_not_taken_for_unreadable(tmp_p
     assert tick.bytes == 310 * MB and tick.rss_sum == 510 * MB
 
 
+def test_a_worker_exiting_whose_map_is_gone_is_not_taken_for_unreadable(tmp_path, monkeypatch):
+    # GIVEN a worker in the middle of exiting: its memory map is gone (smaps_rollup raises ESRCH) while its state
+    # still reads R (a torch.compile worker ending mid-probe did so)
+    proc = FakeProc(tmp_path).process(ROOT, 300 * MB, children=[1, 2])
+    proc.worker(1, shared=200 * MB, private=10 * MB)
+    proc.worker(2, shared=200 * MB, private=10 * MB)
+    real_read = memory.read_shared_bytes
+
+    def exiting(root, pid):
+        if pid == 2:
+            raise ProcessLookupError(3, "No such process")
+        return real_read(root, pid)
+
+    monkeypatch.setattr(memory, "read_shared_bytes", exiting)
+    sampler = sampler_for(proc)
+    tick = sampler.tick()
+
+    # THEN smaps_rollup stays in use, and the exiting worker counts as the others' mean
+    assert sampler.smaps_unreadable is None and tick.counts == SHARED_ONCE
+    assert tick.bytes == 320 * MB
+
+
 ZOMBIE_TREE = """
 import os, sys, time
 import numpy as np

@@ -11,7 +11,8 @@ page shared with the parent is counted once, in the parent's RSS. smaps_rollup w
 (`SMAPS_SHARE`); in between, each tick reads every process's RSS and subtracts the shared bytes last read, and a
 worker not seen before (workers restart each epoch) is taken to share what the workers read shared on average.
 Where smaps_rollup cannot be read (an old kernel, no permission, no /proc) the figure is the summed RSS, and
-`peak_counts` says so; a worker that ended or exited unreaped (a zombie) is skipped, not taken for that. The summed RSS is kept too (`rss_sum_peak_bytes`).
+`peak_counts` says so; a worker that ended, is exiting or waits to be reaped (a zombie) is skipped, not taken
+for that. The summed RSS is kept too (`rss_sum_peak_bytes`).
 """
 
 from __future__ import annotations
@@ -137,8 +138,10 @@ class TreeMemorySampler:
             try:
                 shared[pid] = read_shared_bytes(self._proc, pid)
             except (OSError, ValueError) as e:
-                if not is_running(self._proc, pid):
-                    continue  # the worker ended between reads, or exited and waits to be reaped
+                # ESRCH: the process has no memory map any more (exiting: its state still reads R until it is a
+                # zombie; torch.compile's compile workers end so) or it ended, or it waits to be reaped
+                if isinstance(e, ProcessLookupError) or not is_running(self._proc, pid):
+                    continue
                 self.smaps_unreadable = f"{pid}/smaps_rollup: {e.__class__.__name__}: {e}"
                 break
         cost = self._clock() - start
