@@ -1122,6 +1122,35 @@ def test_without_time_for_its_pairs_the_ablation_decides_on_the_searchs_measures
     assert kept.settings["optimizer_impl"] == "default" and kept.settings["amp"] == "bf16"
 
 
+def test_without_time_or_a_probe_without_it_the_ablation_quotes_the_figure_the_search_kept_the_knob_on():
+    from tune_advisor.planner import ablation
+
+    # GIVEN a search that kept bf16 over the baseline (25% faster), then the fused optimizer on top of it, and no
+    # probe of the fused optimizer without bf16, with the budget spent
+    def rate(s):
+        return 1000.0 * (1.25 if s["amp"] == "bf16" else 1.0) * (1.10 if s["optimizer_impl"] == "fused" else 1.0)
+
+    clock = FakeClock()
+    session = Session(FakeBackend(rate, jitter=0.002), budget_s=10.0, clock=clock)
+    base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
+    session.baseline = base
+    bf16 = session.run({**base.settings, "amp": "bf16"}, "knob:amp")
+    session.note_keep(base, bf16)
+    winner = session.run({**bf16.settings, "optimizer_impl": "fused"}, "knob:optimizer_impl")
+    session.note_keep(bf16, winner)
+    clock.now = 100.0
+    notes, decisions = [], []
+    # WHEN the ablation runs
+    kept, records = ablation.ablate(session, base, winner, notes, decisions)
+    # THEN bf16, which nothing measured without it beside the fused optimizer, carries the figure it was kept on,
+    # said to be that: the rules quote it rather than judge bf16 afresh from separate probes
+    amp = {r["knob"]: r for r in records}["amp"]
+    assert amp["kept"] is True and amp["probes"] == [base.id, bf16.id]
+    assert amp["contribution"]["median"] == pytest.approx(1.25, rel=0.02) and amp["contribution"]["ci_low"] > 1.0
+    assert amp["method"] == "from the search's keep of amp=bf16 beside the baseline (over budget to re-measure)"
+    assert kept.settings == winner.settings and len(session.probes) == 3
+
+
 class _Measured:
     """A session whose ablation pair reads `direct` and whose search left `chain`, a ladder of lockstep wins."""
 

@@ -261,6 +261,22 @@ def test_ta504_quotes_the_ablations_figure_for_the_compile_mode_it_measured(medi
     assert says in found["message"] and found["gain"]["speedup"]["median"] == median
 
 
+def test_ta504_quotes_the_figure_compile_was_kept_on_where_the_ablation_had_no_time_to_measure_it():
+    # GIVEN a recommendation holding compile=default, which the search kept at 1.04x [1.01, 1.08] in lockstep over
+    # the baseline and the ablation could not measure again (raw_sensor_mlp: TA504 otherwise read 0.97x from
+    # separate probes and said "leave it off" beside a recommendation that held it)
+    doc = load("compile_varlen")
+    doc["plan"] = {"ablation": [{"knob": "compile", "value": "default", "without": "off", "probes": ["p009", "p010"],
+                                 "beside": "the baseline", "contribution": {"median": 1.04, "ci_low": 1.01,
+                                                                            "ci_high": 1.08},
+                                 "kept": True, "method": "from the search's keep of compile=default beside the "
+                                                         "baseline (over budget to re-measure)"}]}
+    found = {f["code"]: f for f in evaluate(doc)}["TA504"]
+    # THEN TA504 states the figure the recommendation rests on, and says what it compares
+    assert "trains 1.04x [1.01, 1.08] faster" in found["message"] and "leave it off" not in found["message"]
+    assert "compile=default kept beside the baseline" in found["gain"]["basis"]
+
+
 def test_ta504_claims_no_speedup_for_a_compile_that_compiled_no_graph():
     # GIVEN a compile probe that read 1.12x over its eager twin, though dynamo compiled no graph (an LSTM)
     doc = load("compile_varlen")

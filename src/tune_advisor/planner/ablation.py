@@ -58,10 +58,22 @@ def ablate(session, base: ProbeResult, winner: ProbeResult,
             b, pays, how = seen, session.beats(seen, current), "from the search's measures (over budget to re-measure)"
             record["probes"] = [seen.id, current.id]
         else:
-            record.update(kept=True, why="not measured: over budget, and no probe without it to compare")
-            continue
-        median, low, high = session.gain(b, current)  # with / without
-        chain = session.chained_gain(b, current)
+            keep = _kept_on(session, name, value)
+            if keep is None:
+                record.update(kept=True, why="not measured: over budget, and no probe without it to compare")
+                continue
+            # Nothing measured the recommendation without it: the figure it was kept on stands (raw_sensor_mlp's
+            # compile, kept at 1.04x [1.01, 1.08] in lockstep, was otherwise judged by TA504 from separate probes
+            # at 0.97x, "leave it off", while the recommendation held it).
+            b, pays = None, True
+            beside = "the baseline" if keep["beside"] == base.settings else knobs.describe(keep["beside"], base.settings)
+            record.update(probes=keep["probes"], beside=beside)
+            how = f"from the search's keep of {keep['change']} beside {record['beside']} (over budget to re-measure)"
+        if b is None:
+            median, low, high = keep["gain"]
+        else:
+            median, low, high = session.gain(b, current)  # with / without
+        chain = session.chained_gain(b, current) if b is not None else None
         if chain is not None and median == median:
             # The search's ladder measured the same ratio rung by rung in lockstep (batch 32 -> 64 -> 128): two
             # independent measures of one ratio, so both decide. One augment_cpu ablation pair alone read batch 128
@@ -83,3 +95,11 @@ def ablate(session, base: ProbeResult, winner: ProbeResult,
             current = b
     return current, records
 
+
+def _kept_on(session, name: str, value: Any) -> dict[str, Any] | None:
+    """The search's keep of `name`=`value` (`Comparisons.note_keep`), where its figure passes the keep rule."""
+    keep = session.keeps.get(name)
+    if keep is None or keep["value"] != value:
+        return None
+    median, low, _ = keep["gain"]
+    return keep if median >= 1 + MIN_GAIN and low > 1.0 else None

@@ -107,6 +107,7 @@ class AdaptivePlanner(Planner):
             if not live:
                 found = self._second_look(current)
                 if found is not None:  # kept: what it interacts with may pay again, and a ladder may go on
+                    s.note_keep(current, found)
                     changed = [k for k in self.knobs if found.settings[k] != current.settings[k]]
                     done.difference_update([k for k in changed if k in LADDERS] +
                                            [k for c in changed for k in INTERACTIONS.get(c, ())])
@@ -137,6 +138,7 @@ class AdaptivePlanner(Planner):
             if found is not current:
                 self.decisions.append(f"{name}: kept {knobs.describe(found.settings, current.settings)} "
                                       f"({s.describe_gain(current, found, chained)})")
+                s.note_keep(current, found, chained)
                 done.difference_update(INTERACTIONS.get(name, ()))
                 current = s.best = found
             else:

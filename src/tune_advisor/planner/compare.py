@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import knobs
 from ..analysis import stats
 from ..probe.lockstep import turn_sums, turns_of
 from ..probe.result import ProbeResult
@@ -150,6 +151,18 @@ class Comparisons:
         if won and self._lockstep(reference, candidate):
             self._lockstep_wins[settings_key(candidate.settings)] = (settings_key(reference.settings), gain)
         return won
+
+    def note_keep(self, reference: ProbeResult, candidate: ProbeResult, chained: bool = False) -> None:
+        """Remember, for each knob `candidate` changed, the gain on which the search kept it over `reference`: an
+        ablation with no time left and no probe without the knob quotes it (planner/ablation.py), so that the
+        rules state the figure the recommendation rests on, not one of their own from separate probes."""
+        gain = self.chained_gain(reference, candidate) if chained else self.gain(reference, candidate)
+        change = knobs.describe(candidate.settings, reference.settings)
+        for name, value in candidate.settings.items():
+            if reference.settings.get(name) != value:
+                self.keeps[name] = {"value": value, "gain": gain, "change": change, "beside": reference.settings,
+                                    "probes": [reference.id, candidate.id],
+                                    "how": self.describe_gain(reference, candidate, chained)}
 
     def chained_gain(self, reference: ProbeResult, candidate: ProbeResult) -> tuple[float, float, float] | None:
         """The gain candidate/reference over a chain of lockstep wins, reference -> ... -> candidate (a ladder's

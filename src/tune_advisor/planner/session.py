@@ -75,6 +75,7 @@ class Session(Comparisons):
         self._duels: dict[tuple, list[tuple[ProbeResult, ProbeResult]]] = {}  # (reference, candidate) keys
         # candidate key -> (reference key, gain) of each change kept in a lockstep duel (see chained_gain)
         self._lockstep_wins: dict[tuple, tuple[tuple, tuple[float, float, float]]] = {}
+        self.keeps: dict[str, dict[str, Any]] = {}  # knob -> the search's keep of it (Comparisons.note_keep)
         self.baseline: ProbeResult | None = None  # set by the planner; the confirmation's cost is estimated from
         self.best: ProbeResult | None = None  # these two
 

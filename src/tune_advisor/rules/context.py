@@ -231,8 +231,10 @@ class Context:
             if record.get("knob") == knob and record.get("value") == value and isinstance(c, dict):
                 return Gain(num(c.get("median")), num(c.get("ci_low")), num(c.get("ci_high")), measured=True,
                             probes=[str(p) for p in record.get("probes") or []],
-                            basis=f"measured: ablation {record.get('method', '')}: the recommendation with and "
-                                  f"without {knob}={value}, 95% bootstrap CI")
+                            basis=(f"measured: ablation {record.get('method', '')}: {knob}={value} kept beside "
+                                   f"{record['beside']}, 95% CI" if record.get("beside") else
+                                   f"measured: ablation {record.get('method', '')}: the recommendation with and "
+                                   f"without {knob}={value}, 95% bootstrap CI"))
         return None
 
     def loss_changed(self, reference: Config, candidate: Config) -> bool:
