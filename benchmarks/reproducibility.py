@@ -93,7 +93,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("names", nargs="*")
     parser.add_argument("--budget", default=f"{api.DEFAULT_BUDGET_S // 60}m", help="analyze's (default: its own)")
     parser.add_argument("--precision", type=float, default=PRECISION,
-                        help="re-measure while the re-measured speedup's CI is wider than this, relative (default 0.05)")
+                        help="re-measure while the re-measured speedup's CI is wider than this (default 0.05)")
     parser.add_argument("--max-rounds", type=int, default=MAX_REMEASURES, help="of a re-measure (default 10)")
     args = parser.parse_args(argv)
     names = args.names or sorted(p.stem for p in (ROOT / "fixtures").glob("*.py"))

@@ -66,7 +66,8 @@ def ablate(session, base: ProbeResult, winner: ProbeResult,
             # compile, kept at 1.04x [1.01, 1.08] in lockstep, was otherwise judged by TA504 from separate probes
             # at 0.97x, "leave it off", while the recommendation held it).
             b, pays = None, True
-            beside = "the baseline" if keep["beside"] == base.settings else knobs.describe(keep["beside"], base.settings)
+            beside = ("the baseline" if keep["beside"] == base.settings
+                      else knobs.describe(keep["beside"], base.settings))
             record.update(probes=keep["probes"], beside=beside)
             how = f"from the search's keep of {keep['change']} beside {record['beside']} (over budget to re-measure)"
         if b is None:

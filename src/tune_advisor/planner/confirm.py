@@ -63,8 +63,8 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
     settings would be one the report does not recommend).
 
     The speedup is the median of the rounds' ratios, with the 95% CI of their geometric mean from Student's t over
-    the rounds (`stats.rounds_ratio_interval`, widened to hold the median), so it covers the drift between rounds. The winner stays recommended only if
-    that CI shows a gain beyond the noise too. A round that fails (the budget ran out in it, say) leaves the rounds
+    the rounds (`stats.rounds_ratio_interval`, widened to hold the median), so it covers the drift between rounds.
+    The winner stays recommended only if that CI shows a gain beyond the noise too. A round that fails (the budget ran out in it, say) leaves the rounds
     before it to decide, with a note.
     """
     rounds = []
