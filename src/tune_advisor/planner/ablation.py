@@ -70,11 +70,8 @@ def ablate(session, base: ProbeResult, winner: ProbeResult,
                       else knobs.describe(keep["beside"], base.settings))
             record.update(probes=keep["probes"], beside=beside)
             how = f"from the search's keep of {keep['change']} beside {record['beside']} (over budget to re-measure)"
-        if b is None:
-            median, low, high = keep["gain"]
-        else:
-            median, low, high = session.gain(b, current)  # with / without
-        chain = session.chained_gain(b, current) if b is not None else None
+        median, low, high = keep["gain"] if b is None else session.gain(b, current)  # with / without
+        chain = None if b is None else session.chained_gain(b, current)
         if chain is not None and median == median:
             # The search's ladder measured the same ratio rung by rung in lockstep (batch 32 -> 64 -> 128): two
             # independent measures of one ratio, so both decide. One augment_cpu ablation pair alone read batch 128

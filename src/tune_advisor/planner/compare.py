@@ -161,8 +161,7 @@ class Comparisons:
         for name, value in candidate.settings.items():
             if reference.settings.get(name) != value:
                 self.keeps[name] = {"value": value, "gain": gain, "change": change, "beside": reference.settings,
-                                    "probes": [reference.id, candidate.id],
-                                    "how": self.describe_gain(reference, candidate, chained)}
+                                    "probes": [reference.id, candidate.id]}
 
     def chained_gain(self, reference: ProbeResult, candidate: ProbeResult) -> tuple[float, float, float] | None:
         """The gain candidate/reference over a chain of lockstep wins, reference -> ... -> candidate (a ladder's
