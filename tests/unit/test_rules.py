@@ -377,3 +377,15 @@ def test_thread_oversubscription_looks_only_at_what_the_user_runs_and_its_loader
         if p["id"] == "p012":
             p["settings"]["batch_size"] = 128
     assert "TA801" not in {f["code"] for f in evaluate(doc)}
+
+
+def test_a_rule_quoting_the_recommendation_over_the_baseline_states_the_confirmations_figure():
+    # GIVEN a run whose recommendation changes only the workers, confirmed at 6.84x [5.31, 8.91] in rounds
+    doc = load("io_bound")
+    confirmed = doc["speedup"]
+    # THEN TA101, comparing exactly those two settings, quotes that figure, not its own from pooled probes
+    found = {f["code"]: f for f in evaluate(doc)}["TA101"]
+    assert found["gain"]["speedup"] == {k: confirmed[k] for k in ("median", "ci_low", "ci_high")}
+    assert f"trains {confirmed['median']:.2f}x [{confirmed['ci_low']:.2f}, {confirmed['ci_high']:.2f}]" in (
+        found["message"])
+    assert found["gain"]["basis"].startswith("measured: the confirmation")
