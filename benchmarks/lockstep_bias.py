@@ -35,6 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CASES = {  # case -> (fixture, the candidate's changes over its BASELINE: what its analyses recommend[, the reference's])
     "cnn": ("cnn", {"batch_size": 128, "amp": "bf16", "channels_last": True}),
     "tiny_batch_mlp": ("tiny_batch_mlp", {"batch_size": 512, "amp": "bf16"}),
+    # what its analyses recommend on an Intel Xeon without AMX (steps ~3x the baseline's)
+    "tiny_batch_mlp_fused": ("tiny_batch_mlp", {"batch_size": 512, "optimizer_impl": "fused"}),
     # padded batches: its reported speedups read high (issue 20); at batch 256 a step is ~10x the baseline's
     "lstm_collate": ("lstm_collate", {"batch_size": 32, "amp": "bf16"}),
     "lstm_collate_256": ("lstm_collate", {"batch_size": 256, "amp": "bf16"}),
@@ -54,15 +56,16 @@ class Probes:
         self.workdir, self.n = workdir, 0
         self.info = inspect_workload(ROOT / "fixtures" / f"{name}.py", "cpu", workdir)
 
-    def spec(self, settings: dict) -> ProbeSpec:
+    def spec(self, settings: dict, turn_s: float | None = None) -> ProbeSpec:
         self.n += 1
         return ProbeSpec(id=f"b{self.n:03d}", workload=str(self.info.path), settings=settings, device="cpu",
-                         protocol=Protocol())
+                         protocol=Protocol(turn_s=turn_s))
 
-    def pair(self, a: dict, b: dict, first: int, match_turns: bool = False) -> tuple[float, float, float]:
+    def pair(self, a: dict, b: dict, first: int, match_turns: bool = False,
+             turn_s: float | None = None) -> tuple[float, float, float]:
         """The two sides' rates in one lockstep pair, and how far apart their median steps are."""
-        ra, rb = lockstep.run_pair([self.spec(a), self.spec(b)], self.workdir, ["baseline", "candidate"], first=first,
-                                   match_turns=match_turns)
+        ra, rb = lockstep.run_pair([self.spec(a, turn_s), self.spec(b, turn_s)], self.workdir,
+                                   ["baseline", "candidate"], first=first, match_turns=match_turns)
         return window_rate(ra), window_rate(rb), step_ratio(ra, rb)
 
     def alone(self, settings: dict) -> float:
@@ -73,18 +76,20 @@ def gmean(values: list[float]) -> float:
     return math.exp(sum(map(math.log, values)) / len(values))
 
 
-def case(name: str, rounds: int) -> None:
+def case(name: str, rounds: int, turn_s: float) -> None:
     fixture, changes, *reference = CASES[name]
     probes = Probes(fixture, Path(tempfile.mkdtemp(prefix=f"lockstep-bias-{name}-")))
     base = {**probes.info.baseline, **(reference[0] if reference else {})}
     cand = {**base, **changes}
     against = knobs.describe(reference[0]) if reference else "the baseline"
     print(f"{name}: {fixture}, {knobs.describe(changes)} against {against}", flush=True)
-    paired, matched, alone, apart, rates = [], [], [], [], {"baseline": [], "candidate": []}
+    paired, matched, timed, alone, apart, rates = [], [], [], [], [], {"baseline": [], "candidate": []}
     for i in range(rounds):
         a, b, steps = probes.pair(base, cand, first=i % 2)
         ma, mb, _ = probes.pair(base, cand, first=i % 2, match_turns=True)
         matched.append(mb / ma)
+        ta, tb, _ = probes.pair(base, cand, first=i % 2, turn_s=turn_s)
+        timed.append(tb / ta)
         apart.append(steps)
         order = ("baseline", "candidate") if i % 2 == 0 else ("candidate", "baseline")
         solo = {role: probes.alone(base if role == "baseline" else cand) for role in order}
@@ -93,12 +98,14 @@ def case(name: str, rounds: int) -> None:
         for role in rates:
             rates[role].append(solo[role])
         print(f"  round {i + 1}: lockstep {a:,.0f} -> {b:,.0f} ({paired[-1]:.3f}x, steps {steps:.2f}x apart); "
-              f"matched turns {ma:,.0f} -> {mb:,.0f} ({matched[-1]:.3f}x); alone {solo['baseline']:,.0f} "
+              f"matched turns {ma:,.0f} -> {mb:,.0f} ({matched[-1]:.3f}x); {turn_s:g} s turns {ta:,.0f} -> "
+              f"{tb:,.0f} ({timed[-1]:.3f}x); alone {solo['baseline']:,.0f} "
               f"-> {solo['candidate']:,.0f} ({alone[-1]:.3f}x)", flush=True)
     lo_a, hi_a = stats.rounds_ratio_interval(alone)[1:]
     print(f"  alone {gmean(alone):.3f}x [{lo_a:.3f}, {hi_a:.3f}] (95% CI over the rounds); median steps "
           f"{stats.median(apart):.2f}x apart")
-    for kind, ratios in (("lockstep, one step a turn", paired), ("lockstep, matched turns", matched)):
+    for kind, ratios in (("lockstep, one step a turn", paired), ("lockstep, matched turns", matched),
+                         (f"lockstep, turns of {turn_s:g} s", timed)):
         low, high = stats.rounds_ratio_interval(ratios)[1:]
         over = [p / q for p, q in zip(ratios, alone)]
         _, over_low, over_high = stats.rounds_ratio_interval(over)
@@ -114,13 +121,15 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("cases", nargs="*", help=f"any of {', '.join(CASES)} (default: all)")
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--turn-s", type=float, default=0.5,
+                        help="the third kind of pair: each side takes the steps nearest this many seconds a turn")
     args = parser.parse_args(argv)
     unknown = set(args.cases) - set(CASES)
     if unknown:
         parser.error(f"unknown case(s) {', '.join(sorted(unknown))}: pick from {', '.join(CASES)}")
     print(f"CPU: {environment.cpu_model()}; flags: {', '.join(environment.cpu_flags()) or 'none of note'}")
     for name in args.cases or CASES:
-        case(name, args.rounds)
+        case(name, args.rounds, args.turn_s)
     return 0
 
 

@@ -163,6 +163,30 @@ def test_a_side_with_much_shorter_steps_takes_as_many_a_turn_as_last_one_of_its_
     assert reports["a"]["steps"] == sum(a_turns) and reports["b"]["steps"] == sum(b_turns)
 
 
+def test_a_protocol_with_a_turn_length_gives_each_side_the_steps_of_about_that_long_a_turn(tmp_path):
+    # GIVEN sides whose steps take 4 ms and 20 ms, measured under a protocol whose turns last about 0.1 s
+    record = {}
+    protocol = Protocol(min_steps=8, min_time_s=0, max_steps=400, max_time_s=10, turn_s=0.1)
+    why, _, reports, _ = conduct(tmp_path, protocol, step_s=(0.004, 0.020), record=record)
+    a_turns, b_turns = record["turns"]
+    # THEN after MATCH_AFTER pairs of single steps, each side takes the whole number of its steps nearest 0.1 s
+    # (about 25 and 5: a cost paid once a turn is spread over a tenth of a second on both sides), unasked by
+    # the caller (the protocol carries it)
+    assert why == "measured" and a_turns[:lockstep.MATCH_AFTER] == b_turns[:lockstep.MATCH_AFTER] == [1, 1, 1]
+    a_later, b_later = set(a_turns[lockstep.MATCH_AFTER:]), set(b_turns[lockstep.MATCH_AFTER:])
+    assert len(a_later) == len(b_later) == 1 and 15 <= a_later.pop() <= 30 and 4 <= b_later.pop() <= 6
+    # AND the turns alternate whole, and each child measured the steps of its turns
+    assert turns(reports) == "".join(("a" * ta + "b" * tb, "b" * tb + "a" * ta)[i % 2]
+                                     for i, (ta, tb) in enumerate(zip(a_turns, b_turns)))
+    assert reports["a"]["steps"] == sum(a_turns) and reports["b"]["steps"] == sum(b_turns)
+
+
+def test_timed_turns_are_the_nearest_whole_steps_and_at_least_one():
+    assert lockstep.matched_turns([[0.02] * 3, [0.1] * 3], turn_s=0.5) == [25, 5]
+    assert lockstep.matched_turns([[0.02] * 3, [0.9] * 3], turn_s=0.5) == [25, 1]  # a step longer than a turn
+    assert lockstep.matched_turns([[0.02] * 3, [0.1] * 3]) == [5, 1]  # without: the partner's step's worth
+
+
 def test_matched_turns_are_compared_turn_by_turn_so_the_shared_moments_still_cancel():
     from tune_advisor.planner.compare import pair_ratio
     from tune_advisor.probe.result import ProbeResult, Status

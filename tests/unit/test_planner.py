@@ -1327,8 +1327,8 @@ def test_a_confirmation_whose_rounds_agree_stops_at_three():
     assert sum(p.role == "confirm:recommended" for p in outcome.probes) == 3
 
 
-def test_a_winner_whose_steps_are_far_longer_is_confirmed_one_after_the_other():
-    from tune_advisor.planner.confirm import LOCKSTEP_MAX_STEP_RATIO, confirm, step_ratio
+def test_a_winner_whose_steps_are_far_longer_is_confirmed_in_lockstep_with_half_second_turns():
+    from tune_advisor.planner.confirm import CONFIRM_TURN_S, LOCKSTEP_MAX_STEP_RATIO, confirm, step_ratio
 
     def confirm_with(batch):
         # GIVEN a backend that pairs, and a winner 1.5x faster per sample at `batch` (the baseline: 16)
@@ -1337,21 +1337,27 @@ def test_a_winner_whose_steps_are_far_longer_is_confirmed_one_after_the_other():
         session = Session(backend, None, clock=clock)
         base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
         winner = session.run({**base.settings, "batch_size": batch}, "knob:batch_size")
+        before = len(backend.specs)
         _, speedup = confirm(session, base, winner, [])
-        return step_ratio(base, winner), speedup, backend.pairs
+        paired = {probe_id for pair in backend.pairs for probe_id in pair}
+        turns = {s.protocol.turn_s for s in backend.specs[before:] if s.id in paired}
+        return step_ratio(base, winner), speedup, backend.pairs, turns
 
-    # WHEN its steps take 10.7x the baseline's (batch 256): lockstep would favour the longer steps
-    ratio, speedup, pairs = confirm_with(256)
+    # WHEN its steps take 10.7x the baseline's (batch 256): a step a turn would favour the longer steps
+    ratio, speedup, pairs, turns = confirm_with(256)
     assert ratio > LOCKSTEP_MAX_STEP_RATIO
-    # THEN the rounds run one after the other, and the method says why
-    assert pairs == [] and speedup["method"].startswith("baseline and recommended measured one after the other")
+    # THEN the rounds run in lockstep, each side's turns lasting about CONFIRM_TURN_S, and the method says why
+    assert len(pairs) >= 2 and turns == {CONFIRM_TURN_S}
+    assert speedup["method"].startswith(f"baseline and recommended measured together in lockstep, in turns of "
+                                        f"about {CONFIRM_TURN_S:g} s each")
     assert "10.7x as long" in speedup["method"] and 1.4 < speedup["median"] < 1.6
-    # WHEN they take 1.7x (batch 40), where lockstep already read a batch change 5% high: one after the other too
-    ratio, speedup, pairs = confirm_with(40)
-    assert ratio > LOCKSTEP_MAX_STEP_RATIO and pairs == [] and "1.7x as long" in speedup["method"]
-    # WHEN they take 1.3x (batch 32): in lockstep, as every pair that shares a loader
-    ratio, speedup, pairs = confirm_with(32)
-    assert ratio < LOCKSTEP_MAX_STEP_RATIO and len(pairs) >= 3 and "in lockstep" in speedup["method"]
+    # WHEN they take 1.7x (batch 40), where a step a turn already read a batch change 5% high: timed turns too
+    ratio, speedup, pairs, turns = confirm_with(40)
+    assert ratio > LOCKSTEP_MAX_STEP_RATIO and turns == {CONFIRM_TURN_S} and "1.7x as long" in speedup["method"]
+    # WHEN they take 1.3x (batch 32): in lockstep, step by step (matched turns), as every pair that shares a loader
+    ratio, speedup, pairs, turns = confirm_with(32)
+    assert ratio < LOCKSTEP_MAX_STEP_RATIO and len(pairs) >= 2 and turns == {None}
+    assert "in lockstep, step by step" in speedup["method"]
 
 
 def test_a_loader_change_is_confirmed_in_turn_without_blaming_the_step_times():

@@ -27,13 +27,20 @@ CONFIRM_MAX_ROUNDS = 8
 # kept the baseline with two thirds of its budget unused; its twin run confirmed 1.17x [1.09, 1.26].
 CONFIRM_MAX_ROUNDS_IN_TURN = 16
 CONFIRM_PRECISION = 0.05
-# In a lockstep pair each side's step starts where its partner's left the caches and the core: a cost per step that
-# weighs more on the side with the shorter steps, so a pair whose steps differ a lot reads the longer-step side
+# In a lockstep pair each side's step starts where its partner's left the caches and the core: a cost per turn that
+# weighs more on the side with the shorter turns, so a pair whose steps differ a lot reads the longer-step side
 # high. Measured against the same two settings alone (benchmarks/lockstep_bias.py; docs/planner.md): lstm_collate
 # at batch 32 (steps 1.25x the baseline's) 0.3% low, varlen_transformer at batch 64 (1.75x) 5.3% high over 18
 # rounds, cnn at batch 128 (4.1x) 6.5% high, lstm_collate at batch 256 (10.7x) 5.8% high. Beyond this ratio of
-# median step times the confirmation measures the two one after the other, in alternating order.
+# median step times the confirmation gives each side turns of about CONFIRM_TURN_S (Protocol.turn_s), which spread
+# that cost over half a second rather than one step: against the two alone (6 rounds, Intel Xeon, 2026-11-27)
+# tiny_batch_mlp at batch 512 + fused optimizer (steps 3.1x apart) read 0.988 [0.886, 1.101], cnn at batch 128
+# (4.2x) 0.990 [0.928, 1.057]. Rounds in turn, the alternative, share no moments, and their ratios spread about
+# twice as far (tiny_batch_mlp: a log sd of 0.045 for rounds of half-second turns, 0.09-0.11 in turn), which the
+# headline's CI pays for in rounds: twelve confirmations of 8 rounds in turn, back to back, agreed within ±5% of
+# the next in 7 of 11 (benchmarks/confirm_rounds.py --blocks; docs/planner.md).
 LOCKSTEP_MAX_STEP_RATIO = 1.5
+CONFIRM_TURN_S = 0.5
 # Rounds in turn share no moments, so what makes their CI narrow is how many there are (Student's t falls from 12.7
 # at two rounds to 3.2 at four), not how long each side measures: on augment_cpu (batch 128 + 2 workers against the
 # baseline, 8 rounds per cap, interleaved: benchmarks/confirm_rounds.py) rounds with windows capped at 4 s read with
@@ -68,7 +75,7 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
     before it to decide, with a note.
     """
     rounds = []
-    apart, turn = _apart(session, base, winner)
+    turn, timed = _kind(session, base, winner)
     least = CONFIRM_MIN_ROUNDS_IN_TURN if turn else CONFIRM_MIN_ROUNDS
     for i in range(CONFIRM_MAX_ROUNDS_IN_TURN):
         if i >= CONFIRM_MAX_ROUNDS and all("lockstep" in r.extra for pair in rounds for r in pair):
@@ -77,8 +84,8 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
             break
         if i >= CONFIRM_ROUNDS and _precise(rounds):
             break
-        a, b = session.duel(base, winner, ("confirm:baseline", "confirm:recommended"), first=i % 2, apart=apart,
-                            window_s=CONFIRM_TURN_WINDOW_S)
+        a, b = session.duel(base, winner, ("confirm:baseline", "confirm:recommended"), first=i % 2,
+                            window_s=CONFIRM_TURN_WINDOW_S, turn_s=CONFIRM_TURN_S if timed else None)
         rounds.append((a, b))
         if not (a.ok and b.ok):
             break
@@ -95,11 +102,10 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
     spread = session.lockstep_drift() if lockstep else None
     median, low, high = stats.rounds_ratio_interval([window_rate(b) / window_rate(a) for a, b in finished],
                                                     within=(within_low, within_high), spread=spread)
-    how = ("measured together in lockstep, step by step" if lockstep
-           else "measured one after the other, in alternating order")
-    if apart:
-        how += (f" (one's steps take {step_ratio(base, winner):.1f}x as long as the other's: side by side in lockstep "
-                "the longer steps would read high)")
+    how = ("measured one after the other, in alternating order" if not lockstep
+           else f"measured together in lockstep, in turns of about {CONFIRM_TURN_S:g} s each (one's steps take "
+                f"{step_ratio(base, winner):.1f}x as long as the other's: a step a turn would read the longer steps "
+                "high)" if timed else "measured together in lockstep, step by step")
     rounds_text = f"{len(finished)} round{'s' if len(finished) != 1 else ''}"
     if len(finished) >= 2 or (spread and spread[1]):
         interval = (f"the median of the {rounds_text}' ratios; 95% CI of their geometric mean, Student's t over the "
@@ -139,18 +145,17 @@ def step_ratio(a: ProbeResult, b: ProbeResult) -> float:
 def reserve_s(session, base: ProbeResult, best: ProbeResult) -> float:
     """What confirming `best` against `base` takes at least: its least rounds (in turn: CONFIRM_MIN_ROUNDS_IN_TURN,
     each side's window capped) and the runs alone, predicted from the two probes' own wall times."""
-    _, turn = _apart(session, base, best)
+    turn, _ = _kind(session, base, best)
     least = CONFIRM_MIN_ROUNDS_IN_TURN if turn else CONFIRM_MIN_ROUNDS
     return least * _round_s(base, best, turn) + CONFIRM_ALONE * (plain_wall(base) + plain_wall(best))
 
 
-def _apart(session, base: ProbeResult, winner: ProbeResult) -> tuple[bool, bool]:
-    """(apart, in turn): whether the rounds run one after the other though they could pair (steps over
-    LOCKSTEP_MAX_STEP_RATIO apart), and whether they run one after the other at all (a different loader, a backend
-    that cannot pair, too little memory for both: see `Session.pairs`)."""
+def _kind(session, base: ProbeResult, winner: ProbeResult) -> tuple[bool, bool]:
+    """(in turn, timed turns): whether the rounds run one after the other (a different loader, a backend that cannot
+    pair, too little memory for both: see `Session.pairs`), and whether, in lockstep, each side takes turns of
+    CONFIRM_TURN_S (steps over LOCKSTEP_MAX_STEP_RATIO apart)."""
     pairs = session.pairs(base, winner)
-    apart = pairs and step_ratio(base, winner) > LOCKSTEP_MAX_STEP_RATIO
-    return apart, apart or not pairs
+    return not pairs, pairs and step_ratio(base, winner) > LOCKSTEP_MAX_STEP_RATIO
 
 
 def _round_s(base: ProbeResult, winner: ProbeResult, turn: bool) -> float:

@@ -210,13 +210,17 @@ class Session(Comparisons):
         held = cuda_memory.footprint(reference.peak_memory_bytes, reference.memory)
         return not (room and held + (peak or 0) > room)
 
-    def _spec(self, probe_id: str, settings: dict[str, Any], role: str, window_s: float | None = None) -> ProbeSpec:
-        """The backend's spec for a probe; `window_s` caps how long it measures."""
+    def _spec(self, probe_id: str, settings: dict[str, Any], role: str, window_s: float | None = None,
+              turn_s: float | None = None) -> ProbeSpec:
+        """The backend's spec for a probe; `window_s` caps how long it measures, `turn_s` sets a lockstep side's
+        turns (Protocol.turn_s)."""
         spec = self.make_spec(probe_id, dict(settings), role, self.time_left(role))
         proto = spec.protocol
-        if window_s is None or proto.max_time_s <= window_s:
-            return spec
-        return replace(spec, protocol=replace(proto, max_time_s=max(proto.min_time_s, window_s)))
+        if turn_s is not None:
+            proto = replace(proto, turn_s=turn_s)
+        if window_s is not None and proto.max_time_s > window_s:
+            proto = replace(proto, max_time_s=max(proto.min_time_s, window_s))
+        return spec if proto == spec.protocol else replace(spec, protocol=proto)
 
     def extrapolated_peak(self, settings: dict[str, Any]) -> float | None:
         """The peak memory of `settings` on the straight line through the two largest batches measured with the
@@ -245,18 +249,17 @@ class Session(Comparisons):
 
     def duel(self, reference: ProbeResult, candidate: ProbeResult | dict[str, Any],
              roles: tuple[str, str] = (DUEL_ROLE, DUEL_ROLE), first: int = 0,
-             apart: bool = False, window_s: float | None = None) -> tuple[ProbeResult, ProbeResult]:
+             window_s: float | None = None, turn_s: float | None = None) -> tuple[ProbeResult, ProbeResult]:
         """Measure both settings again (`candidate`: a probe, or settings not yet measured), together in
         lockstep, step by step (`backend.pair`: probe/lockstep.py), so both see the same moments of the
-        machine; one after the other where the backend cannot pair them (`_can_pair`) or the caller says so
-        (`apart`), each then measuring at most `window_s` where given. `first` is the side that moves (or runs)
-        first. Returns the new (reference, candidate) results."""
+        machine, each side's turns lasting about `turn_s` where given; one after the other where the backend
+        cannot pair them (`_can_pair`), each then measuring at most `window_s` where given. `first` is the side
+        that moves (or runs) first. Returns the new (reference, candidate) results."""
         if isinstance(candidate, ProbeResult):
             paired = self.pairs(reference, candidate)
             candidate = candidate.settings
         else:
             paired = self._can_pair(reference, candidate, self.estimated_peak(candidate, reference))
-        paired = paired and not apart
         reference = reference.settings
         if not paired:  # in turn, each recorded as it finishes (a resumed run replays them in this order)
             sides = (reference, candidate)
@@ -270,8 +273,8 @@ class Session(Comparisons):
                 self._record(a)
             if b is None:
                 n = len(self.probes)
-                specs = [self._spec(f"p{n + 1:03d}", reference, roles[0]),
-                         self._spec(f"p{n + 2:03d}", candidate, roles[1])]
+                specs = [self._spec(f"p{n + 1:03d}", reference, roles[0], turn_s=turn_s),
+                         self._spec(f"p{n + 2:03d}", candidate, roles[1], turn_s=turn_s)]
                 a, b = self.backend.pair(specs, list(roles), first)
             for result, role in ((a, roles[0]), (b, roles[1])):
                 result.role = result.role or role

@@ -27,6 +27,10 @@ taken MATCH_AFTER single steps, a side whose median step is MATCH_FROM or more t
 takes the nearest whole number of steps to one of its partner's in each turn, and the two sides' turns last about
 as long. Each side's result records its steps per turn (`extra.lockstep.turns`, where any turn held more than one
 step), and comparisons pair the two sides turn by turn (`turn_sums`).
+
+Timed turns (`Protocol.turn_s`, the planner's confirmation where steps lie far apart): after MATCH_AFTER single
+steps each side takes the whole number of its steps nearest `turn_s` seconds, so the cost a turn pays is spread over
+that long on both sides rather than over one step of the longer side.
 """
 
 from __future__ import annotations
@@ -221,13 +225,14 @@ class _Pair:
 
     def __init__(self, probes: list[runner.Started], channels: list[_Channel], noise: str = "each",
                  match_turns: bool = False):
-        self.probes, self.channels, self.noise, self.match_turns = probes, channels, noise, match_turns
+        self.probes, self.channels, self.noise = probes, channels, noise
         self.reps = [1, 1]  # steps per turn of each side (matched_turns)
         self.turns: list[list[int]] = [[], []]  # steps of each turn each side took
         self.deadline = min(p.deadline for p in probes)
         self.exit_fds = [_pidfd(p.pid) for p in probes]
         protocol = probes[0].spec.protocol
         self.protocol = protocol
+        self.match_turns = match_turns or protocol.turn_s is not None
         workers = [int(p.spec.settings.get("num_workers") or 0) for p in probes]
         # Steps per loader wave, as analysis.stats.wave_noise counts; with each side's accumulation cycle from its
         # "ready", the period its step series repeats with.
@@ -303,7 +308,7 @@ class _Pair:
             if self.match_turns:
                 if n < MATCH_AFTER and not self._capped(steps):
                     return False
-                self.reps = matched_turns(steps)
+                self.reps = matched_turns(steps, self.protocol.turn_s)
             # a side's epochs in turns, where they hold whole turns (with matched turns of the batch ratio, a
             # smaller batch's longer epoch takes as many turns as its partner's)
             known = {e // r for e, r in zip(self.epochs, self.reps) if e and e % r == 0}
@@ -383,10 +388,13 @@ def ratio_settled(a: Sequence[float], b: Sequence[float], wave: int, precision: 
     return bool(half <= np.log1p(precision) or abs(logs.mean()) - half > np.log1p(precision))
 
 
-def matched_turns(steps: Sequence[Sequence[float]]) -> list[int]:
+def matched_turns(steps: Sequence[Sequence[float]], turn_s: float | None = None) -> list[int]:
     """Steps per turn of each side: one, and for a side whose median step is at least MATCH_FROM times shorter
-    than its partner's, the nearest whole number of its steps to one of its partner's (at most MAX_TURN_STEPS)."""
+    than its partner's, the nearest whole number of its steps to one of its partner's (at most MAX_TURN_STEPS).
+    `turn_s`: each side instead takes the whole number of its steps nearest to `turn_s` seconds (at least one)."""
     medians = [float(np.median(s)) if len(s) else 0.0 for s in steps]
+    if turn_s is not None and min(medians) > 0:
+        return [max(1, round(turn_s / m)) for m in medians]
     reps = [1, 1]
     if min(medians) > 0 and max(medians) >= MATCH_FROM * min(medians):
         reps[medians.index(min(medians))] = min(MAX_TURN_STEPS, round(max(medians) / min(medians)))

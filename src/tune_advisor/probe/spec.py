@@ -19,6 +19,9 @@ class Protocol:
     max_steps: int = 200  # cap on extending a noisy measurement
     max_time_s: float = 15.0
     noise_bar: float = 0.1  # keep measuring while IQR/median of step times exceeds this
+    # Lockstep pairs only (probe/lockstep.py): each side's turn lasts about this long, in whole steps; None:
+    # matched turns (one step a turn, or the partner's step's worth of steps for a side with far shorter ones).
+    turn_s: float | None = None
 
 
 @dataclass(frozen=True)
