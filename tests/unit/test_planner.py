@@ -1296,15 +1296,15 @@ def test_a_confirmation_whose_rounds_disagree_runs_more_of_them_while_the_budget
 
     from tune_advisor.planner.confirm import CONFIRM_MAX_ROUNDS, CONFIRM_MAX_ROUNDS_IN_TURN, CONFIRM_ROUNDS, confirm
 
-    def confirm_rounds(budget_s, lockstep=False):
+    def confirm_rounds(budget_s, lockstep=False, change=("amp", "bf16")):
         # GIVEN a winner 1.5x the baseline whose pairs of fresh processes read ±20% apart from round to round
         swing = itertools.cycle([0.8, 1.2, 0.9, 1.1])
         clock = FakeClock()
-        backend = FakeBackend(lambda s: 1000.0 * (1.5 * next(swing) if s["amp"] == "bf16" else 1.0), clock=clock,
-                              can_pair=lockstep)
+        backend = FakeBackend(lambda s: 1000.0 * (1.5 * next(swing) if s[change[0]] == change[1] else 1.0),
+                              clock=clock, can_pair=lockstep)
         session = Session(backend, budget_s, clock=clock)
         base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
-        winner = session.run({**base.settings, "amp": "bf16"}, "knob:amp")
+        winner = session.run({**base.settings, change[0]: change[1]}, f"knob:{change[0]}")
         _, speedup = confirm(session, base, winner, [])
         return sum(p.role == "confirm:recommended" for p in session.probes), speedup
 
@@ -1316,6 +1316,10 @@ def test_a_confirmation_whose_rounds_disagree_runs_more_of_them_while_the_budget
     assert 1.3 < speedup["median"] < 1.7 and speedup["ci_low"] < speedup["median"] < speedup["ci_high"]
     rounds, speedup = confirm_rounds(None, lockstep=True)
     assert rounds == CONFIRM_MAX_ROUNDS and "8 rounds" in speedup["method"] and "lockstep" in speedup["method"]
+    # AND a lockstep pair in half-second turns (steps far apart: batch 64 against 16) goes on as rounds in turn
+    # do: its sides' levels differ from one fresh process to the next as much as theirs
+    rounds, speedup = confirm_rounds(None, lockstep=True, change=("batch_size", 64))
+    assert rounds == CONFIRM_MAX_ROUNDS_IN_TURN and "in turns of about" in speedup["method"]
     # WHEN the budget leaves room for fewer rounds (a probe here takes 5 s on the fake clock): as many as fit
     rounds, _ = confirm_rounds(10.0 + 3 * 2 * 5.0 * 2)
     assert CONFIRM_ROUNDS <= rounds < CONFIRM_MAX_ROUNDS

@@ -26,6 +26,9 @@ CONFIRM_MAX_ROUNDS = 8
 # at 1.17x [1.11, 1.23] in a lockstep duel, then 1.10x [0.91, 1.21] over 8 rounds in turn (0.82x to 1.28x), and
 # kept the baseline with two thirds of its budget unused; its twin run confirmed 1.17x [1.09, 1.26].
 CONFIRM_MAX_ROUNDS_IN_TURN = 16
+# ... as do lockstep rounds in timed turns (steps far apart, below): on tiny_batch_mlp each side's level differs
+# from one fresh process to the next whatever the pairing (batch 4 read 130, 161 and 195 samples/s in three
+# lockstep rounds of one confirmation, 3 s a side), so their rounds count as rounds in turn do.
 CONFIRM_PRECISION = 0.05
 # In a lockstep pair each side's step starts where its partner's left the caches and the core: a cost per turn that
 # weighs more on the side with the shorter turns, so a pair whose steps differ a lot reads the longer-step side
@@ -63,7 +66,8 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
             notes: list[str]) -> tuple[ProbeResult, dict[str, Any] | None]:
     """Measure baseline and winner together in lockstep rounds (CONFIRM_MIN_ROUNDS, then up to CONFIRM_ROUNDS
     while the budget allows, and on up to CONFIRM_MAX_ROUNDS (rounds in turn: at least CONFIRM_MIN_ROUNDS_IN_TURN,
-    at most CONFIRM_MAX_ROUNDS_IN_TURN, each side's window capped) while the speedup's CI is wider than
+    at most CONFIRM_MAX_ROUNDS_IN_TURN, each side's window capped; in timed turns: up to that too) while the
+    speedup's CI is wider than
     ±CONFIRM_PRECISION; the first mover alternates): drift hits both alike. Then
     each once more alone, for the figures the report prints. Returns (recommended, speedup); the speedup is None
     when the baseline stays recommended (the note says what the confirmation measured: a speedup beside unchanged
@@ -78,7 +82,7 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
     turn, timed = _kind(session, base, winner)
     least = CONFIRM_MIN_ROUNDS_IN_TURN if turn else CONFIRM_MIN_ROUNDS
     for i in range(CONFIRM_MAX_ROUNDS_IN_TURN):
-        if i >= CONFIRM_MAX_ROUNDS and all("lockstep" in r.extra for pair in rounds for r in pair):
+        if i >= CONFIRM_MAX_ROUNDS and not timed and all("lockstep" in r.extra for pair in rounds for r in pair):
             break
         if i >= least and not _affords_round(session, base, winner, turn):
             break

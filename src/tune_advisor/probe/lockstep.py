@@ -66,11 +66,6 @@ PARTNER_ENDED = "the other side of the lockstep pair ended first"
 MATCH_FROM = 1.5
 MATCH_AFTER = 3  # single-step pairs of turns before the two sides' step times are compared
 MAX_TURN_STEPS = 16
-# Timed turns (Protocol.turn_s) measure at least this many a side after the single steps, whatever the step cap:
-# stopped as soon as the ratio looked settled, tiny_batch_mlp's confirmation pairs (0.5 s turns) measured two or
-# three timed turns a side, about 1 s, and their 8 rounds' ratios spread with a log sd of 0.07 (38.1-47.0x), where
-# pairs measured for longer spread 0.045 (37.4-42.1x, benchmarks/lockstep_bias.py).
-MIN_TIMED_TURNS = 6
 
 
 class LockstepError(RuntimeError):
@@ -314,8 +309,6 @@ class _Pair:
                 if n < MATCH_AFTER and not self._capped(steps):
                     return False
                 self.reps = matched_turns(steps, self.protocol.turn_s)
-                if self.protocol.turn_s is not None:
-                    self.cap = max(self.cap, sum(self.turns[0][:MATCH_AFTER]) + MIN_TIMED_TURNS * max(self.reps))
             # a side's epochs in turns, where they hold whole turns (with matched turns of the batch ratio, a
             # smaller batch's longer epoch takes as many turns as its partner's)
             known = {e // r for e, r in zip(self.epochs, self.reps) if e and e % r == 0}
@@ -342,8 +335,6 @@ class _Pair:
         if self._capped(steps):
             return True
         if min(map(len, steps)) < proto.min_steps or min(sum(s) for s in steps) < proto.min_time_s:
-            return False
-        if self.protocol.turn_s is not None and len(self.turns[0]) < MATCH_AFTER + MIN_TIMED_TURNS:
             return False
         if self.noise == "ratio":  # turn by turn: the moments both sides' turns shared cancel
             times = [turn_sums(s, t) for s, t in zip(steps, self.turns)]
