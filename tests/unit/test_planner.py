@@ -1364,6 +1364,39 @@ def test_a_winner_whose_steps_are_far_longer_is_confirmed_in_lockstep_with_half_
     assert "in lockstep, step by step" in speedup["method"]
 
 
+def test_a_confirmation_in_timed_turns_rests_its_interval_on_its_own_rounds_not_on_the_runs_step_by_step_duels():
+    import itertools
+
+    from tune_advisor.planner.confirm import confirm
+
+    # GIVEN a run whose step-by-step lockstep duels (bf16 against the baseline, ten of them) agreed to within 1%,
+    # and a winner at batch 64 (steps far apart: timed turns) whose fresh processes read ±20% apart
+    swing = itertools.cycle([0.8, 1.2, 0.9, 1.1])
+
+    def rate(s):
+        if s["batch_size"] == 64:
+            return 1500.0 * next(swing)
+        return 1000.0 * (1.2 if s["amp"] == "bf16" else 1.0)
+
+    clock = FakeClock()
+    backend = FakeBackend(rate, clock=clock, can_pair=True, jitter=0.005)
+    session = Session(backend, None, clock=clock)
+    base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
+    amp = session.run({**base.settings, "amp": "bf16"}, "knob:amp")
+    for i in range(10):
+        session.duel(base, amp, first=i % 2)
+    winner = session.run({**base.settings, "batch_size": 64}, "knob:batch_size")
+    # WHEN the budget leaves the confirmation four rounds
+    session.budget_s = clock.now + 4 * 2 * backend.wall_s + 2 * backend.wall_s
+    _, speedup = confirm(session, base, winner, [])
+    rounds = [p for p in session.probes if p.role == "confirm:recommended"]
+    assert 2 <= len(rounds) <= 4 and "in turns of about" in speedup["method"]
+    # THEN its CI is as wide as four rounds ±20% apart make it (Student's t over them), not narrowed by the
+    # duels' spread of under 1%, which came from other settings measured step by step
+    # (pooled with them, a log sd of 0.09 over 12 degrees of freedom: [1.34, 1.64])
+    assert speedup["ci_high"] / speedup["ci_low"] > 1.5
+
+
 def test_a_loader_change_is_confirmed_in_turn_without_blaming_the_step_times():
     from tune_advisor.planner.confirm import confirm
 

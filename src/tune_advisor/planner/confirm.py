@@ -103,7 +103,9 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
             return base, None
     _, within_low, within_high = pair_ratio(finished, waves=(base.wave, winner.wave))
     lockstep = all("lockstep" in r.extra for pair in finished for r in pair)
-    spread = session.lockstep_drift() if lockstep else None
+    # Step-by-step pairs share the run's spread; pairs in timed turns spread as fresh processes do (see
+    # CONFIRM_MAX_ROUNDS_IN_TURN), so their CI rests on their own rounds
+    spread = session.lockstep_drift() if lockstep and not timed else None
     median, low, high = stats.rounds_ratio_interval([window_rate(b) / window_rate(a) for a, b in finished],
                                                     within=(within_low, within_high), spread=spread)
     how = ("measured one after the other, in alternating order" if not lockstep
