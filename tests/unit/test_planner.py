@@ -983,6 +983,12 @@ def test_probes_get_what_is_left_of_the_budget_as_their_limit():
     stopped.status, stopped.extra["budget_stopped"] = Status.TIMEOUT, True
     session._record(stopped)
     assert session.unexplored == ["amp=bf16: stopped when the budget ran out (p9)"]
+    # AND a re-check the budget stopped of settings measured already is not: they were explored (a quick start's
+    # report listed its own recommendation, measured nine times, as unexplored after one such re-check)
+    again = backend.run(fake_spec("p10", session.baseline.settings), "recheck")
+    again.status, again.extra["budget_stopped"] = Status.STOPPED, True
+    session._record(again)
+    assert session.unexplored == ["amp=bf16: stopped when the budget ran out (p9)"] and session.probes[-1] is again
 
 
 @pytest.mark.parametrize("failure", [Status.OOM, Status.CRASHED, Status.TIMEOUT, Status.ERROR])

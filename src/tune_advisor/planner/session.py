@@ -373,7 +373,7 @@ class Session(Comparisons):
         return None
 
     def _record(self, result: ProbeResult) -> None:
-        if result.extra.get("budget_stopped"):
+        if result.extra.get("budget_stopped") and not self.runs(result.settings):  # measured already: explored
             where = knobs.describe(result.settings, self.baseline.settings) if self.baseline else "the baseline"
             self.unexplored.append(f"{where}: stopped when the budget ran out ({result.id})")
         self.probes.append(result)
