@@ -65,10 +65,28 @@ def test_a_context_created_before_is_this_process_s_memory_in_nvml_s_process_lis
     torch.cuda.get_device_properties = lambda device: (_ for _ in ()).throw(RuntimeError("no CUDA in the test"))
     size, how = cuda_memory.context_bytes("cuda", nvml=nvml, torch=torch)
     assert size == 480 * MiB and "this process" in how
-    # AND a process NVML does not list (another PID namespace) says so
+    # AND a process NVML does not list (another PID namespace; an H200 in a Firecracker VM listed none) has it
+    # measured by a fresh process, which has no context yet, and says so
     nvml.processes = nvml.processes[:1]
-    size, how = cuda_memory.context_bytes("cuda", nvml=nvml, torch=torch)
-    assert size is None and "no memory for this process" in how
+    asked = []
+
+    def fresh(device):
+        asked.append(device)
+        return 510 * MiB, "NVML used memory before and after this process's CUDA context"
+
+    size, how = cuda_memory.context_bytes("cuda", nvml=nvml, torch=torch, fresh=fresh)
+    assert size == 510 * MiB and asked == ["cuda"] and "no memory for this process" in how
+    # AND a fresh process that cannot measure it leaves it unmeasured, with its reason
+    size, how = cuda_memory.context_bytes("cuda", nvml=nvml, torch=torch,
+                                          fresh=lambda device: (None, "not measured: NVML did not start"))
+    assert size is None and how.startswith("not measured: NVML did not start")
+
+
+def test_the_fresh_process_runs_this_module_and_hands_back_its_measure():
+    # a real child process: on a machine without a GPU it reports why it measured nothing, on one with a GPU the size
+    size, how = cuda_memory.in_fresh_process("cuda")
+    assert how.startswith("in a fresh process: ") and "could not measure" not in how
+    assert (size is None and "not measured" in how) or size > 0
 
 
 def test_a_pair_that_fits_by_allocated_peaks_does_not_fit_with_two_contexts_and_reserved_blocks():

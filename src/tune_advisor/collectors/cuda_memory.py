@@ -9,18 +9,23 @@ tests fake any GPU.
 
 from __future__ import annotations
 
+import json
 import os
-from typing import Any
+import subprocess
+import sys
+from typing import Any, Callable
 
 PAIR_SHARE = 0.9  # of the GPU's memory, for the two probes of a pair: the rest is fragmentation and other tenants
 
 
-def context_bytes(device: str, nvml: Any = None, torch: Any = None) -> tuple[int | None, str]:
+def context_bytes(device: str, nvml: Any = None, torch: Any = None,
+                  fresh: Callable[[str], tuple[int | None, str]] | None = None) -> tuple[int | None, str]:
     """(bytes one CUDA context takes on `device`, how that was found); (None, why) when it cannot be measured.
 
-    NVML's per-process list first: this process (the analysis' parent) allocates nothing on the GPU, so what NVML
-    counts for it is its context. Else, before this process has created a context: NVML's used memory before and
-    after creating it (NVML itself creates none)."""
+    Before this process has created a context: NVML's used memory before and after creating it (NVML itself
+    creates none). After: NVML's per-process list, as this process (the analysis' parent) allocates nothing on the
+    GPU and what NVML counts for it is its context; where that list does not show this process (an H200 in a
+    Firecracker VM listed no process at all), the first way in a fresh process (`fresh`, injectable)."""
     if torch is None:
         import torch  # heavy: only a run on a GPU gets here
     if nvml is None:
@@ -40,7 +45,8 @@ def context_bytes(device: str, nvml: Any = None, torch: Any = None) -> tuple[int
             mine = [p for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle) if p.pid == os.getpid()]
             if mine and mine[0].usedGpuMemory:
                 return int(mine[0].usedGpuMemory), "NVML's memory of this process, which holds only its context"
-            return None, "not measured: NVML lists no memory for this process (another PID namespace?)"
+            size, how = (fresh or in_fresh_process)(device)
+            return size, f"{how}; NVML lists no memory for this process (another PID namespace?)"
         handle, _ = device_handle(nvml, device, identity={})  # CUDA cannot be asked before its context exists
         before = nvml.nvmlDeviceGetMemoryInfo(handle).used
         torch.cuda.init()
@@ -56,6 +62,17 @@ def context_bytes(device: str, nvml: Any = None, torch: Any = None) -> tuple[int
             pass
 
 
+def in_fresh_process(device: str, timeout_s: float = 120.0) -> tuple[int | None, str]:
+    """context_bytes measured by a new Python process that has no context yet (this module run as a script)."""
+    try:
+        done = subprocess.run([sys.executable, "-m", __name__, device], capture_output=True, text=True,
+                              timeout=timeout_s)
+        size, how = json.loads(done.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
+        return None, f"not measured: a fresh process could not measure it ({exc})"
+    return size, f"in a fresh process: {how}"
+
+
 def pair_room(total_bytes: int, context: int | None, memory_budget: int | None = None,
               share: float = PAIR_SHARE) -> int:
     """What the two probes' allocator peaks may add up to: `share` of the GPU less two contexts (neither in any
@@ -68,3 +85,7 @@ def footprint(peak_memory_bytes: int | None, memory: dict[str, Any]) -> int:
     """What a probe's process held on the GPU besides its context: the allocator's reserved peak (freed blocks
     stay reserved), at least the allocated peak."""
     return max(peak_memory_bytes or 0, memory.get("cuda_max_reserved_bytes") or 0)
+
+
+if __name__ == "__main__":  # in_fresh_process: one line of JSON, [bytes or null, how]
+    print(json.dumps(context_bytes(sys.argv[1] if len(sys.argv) > 1 else "cuda")))
