@@ -1,7 +1,7 @@
 """Does a results.json contradict itself? The checks a report must pass before anyone acts on it.
 
 A finding's fix may not set a knob to another value than the recommendation holds (a next step the run did not
-try, TA703's batch advice, is no contradiction); TA504 may not advise against a compile mode the recommendation
+try, TA703's batch advice, is no contradiction), and a next step called untried was not measured by any probe; TA504 may not advise against a compile mode the recommendation
 holds; TA702/TA704 may not question a numeric knob the recommendation changed; an `ok` probe has a throughput; a
 speedup is stated only for a recommendation that changes something.
 """
@@ -27,6 +27,13 @@ def contradictions(document: dict[str, Any]) -> list[str]:
         for knob, value in ((f.get("fix") or {}).get("settings") or {}).items():
             if knob in rec and rec[knob] != value and code != "TA703" and "not tried" not in message:
                 found.append(f"{code} fixes {knob}={value}, the recommendation has {knob}={rec[knob]}")
+        if "not tried in this run" in message:  # a next step no probe measured: say so only where none did
+            fix = (f.get("fix") or {}).get("settings") or {}
+            measured = [p.get("id") for p in document.get("probes") or [] if p.get("status") == "ok" and fix
+                        and all((p.get("settings") or {}).get(k) == v for k, v in fix.items())]
+            if measured:
+                found.append(f"{code} calls {', '.join(f'{k}={v}' for k, v in fix.items())} not tried in this run, "
+                             f"yet {', '.join(measured)} measured it")
         if code == "TA504" and changed.get("compile", "off") != "off" and ADVICE_AGAINST_COMPILE.search(message):
             found.append(f"TA504 advises against compile, the recommendation has compile={changed['compile']}")
         if code in ("TA702", "TA704"):

@@ -12,7 +12,8 @@ from tune_advisor.consistency import contradictions
 from tune_advisor.rules import evaluate
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNS = sorted([*ROOT.glob("reports/*/results.json"), *ROOT.glob("tests/golden/*.results.json")])  # real runs
+RUNS = sorted([*ROOT.glob("reports/*/results.json"), *ROOT.glob("reports/gpu/*/results.json"),
+               *ROOT.glob("tests/golden/*.results.json")])  # real runs
 # Hand-made documents (tests/golden/rules/derive.py) plant findings on settings no run would recommend beside them.
 SYNTHETIC = sorted(ROOT.glob("tests/golden/rules/*.results.json"))
 
@@ -56,3 +57,16 @@ def test_a_speedup_beside_an_unchanged_recommendation_is_a_contradiction():
     assert any("keeps the baseline, yet the speedup reads 1.32x" in f for f in contradictions(doc))
     assert not any("speedup" in f for f in contradictions({**doc, "speedup": None}))
 
+
+
+def test_a_next_step_called_untried_that_a_probe_measured_is_a_contradiction_and_the_rules_no_longer_write_it():
+    # GIVEN the first run on a real GPU (an H200, at 52f5b61; tests/golden/gpu/ keeps it as written): TA104 called
+    # pin_memory=true "a next step, not tried in this run", where p012 had measured it and the planner not kept it
+    doc = json.loads((ROOT / "tests" / "golden" / "gpu" / "h200_cnn.results.json").read_text())
+    assert "TA104 calls pin_memory=True not tried in this run, yet p012 measured it" in contradictions(doc)
+    # THEN its findings evaluated now name the probe, leave the fix without the knob, and agree with the run
+    fresh = evaluate(doc)
+    ta104 = next(f for f in fresh if f["code"] == "TA104")
+    assert "pin_memory=true was measured in this run (p012) and the planner did not keep it" in ta104["message"]
+    assert "pin_memory" not in ta104["fix"]["settings"] and "not tried" not in ta104["message"]
+    assert contradictions({**doc, "findings": fresh}) == []

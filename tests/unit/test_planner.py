@@ -1661,3 +1661,24 @@ def test_a_second_look_also_goes_to_a_comparison_whose_rounds_cannot_tell_a_loss
     looks = [d for d in outcome.decisions if d.startswith("second look: batch_size=32")]
     assert len(looks) == 1 and f"before: {before}" in looks[0] and f"over {duels} rounds in turn" in looks[0]
     assert outcome.recommended.settings["batch_size"] == kept
+
+
+def test_a_run_the_budget_ends_says_why_each_knob_went_untried_and_never_that_an_unmeasured_one_lost():
+    # GIVEN a 40 s budget that ends the plan after the baseline, whose profile rules bf16 out (10% matmuls)
+    search = {"num_workers": [0, 2], "batch_size": [16, 32]}
+    outcome, backend = run_plan(_loader_fed(0.10), workload=MLP, search=search, budget_s=40,
+                                explore=("num_workers", "amp", "batch_size"))
+    assert len(backend.calls) == 1
+    # THEN amp's reason is given as on a run that explored everything (a CNN on an H200 ended by its budget with
+    # amp neither tried nor mentioned), beside the knobs the budget left
+    assert any(d.startswith("amp: skipped: the step is 90% waiting for data") for d in outcome.decisions)
+    assert any(u.startswith("amp: the step is 90% waiting for data") for u in outcome.unexplored)
+    assert "num_workers: over budget" in outcome.unexplored
+
+    # GIVEN a budget that affords bf16 but not compile's allowance once compile's turn comes
+    outcome, backend = run_plan(cnn_rate, explore=("compile", "amp"), budget_s=80)
+    assert all(c["compile"] == "off" for c in backend.calls)
+    # THEN compile is not said to have lost ("no value beat"): nothing of it was measured
+    assert "compile: nothing measured: over budget" in outcome.decisions
+    assert not any(d.startswith("compile: no value beat") for d in outcome.decisions)
+    assert "compile=default: over budget" in outcome.unexplored

@@ -113,17 +113,18 @@ class AdaptivePlanner(Planner):
                                            [k for c in changed for k in INTERACTIONS.get(c, ())])
                     current = s.best = found
                     continue
-                for name, p in prospects.items():
-                    if p.why_not and self.alternatives(name, current):
-                        self.decisions.append(f"{name}: skipped: {p.why_not}")
-                        s.unexplored.append(f"{name}: {p.why_not}")
+                self._ruled_out(prospects, current)
                 return current
             if not s.affordable():
+                # the knobs its prospects had already ruled out say why too (a CNN on an H200 ended by the budget
+                # with amp neither tried nor mentioned: its GPU sat idle 92% of the step)
+                self._ruled_out(prospects, current)
                 s.unexplored.extend(f"{name}: over budget" for name in live)
                 return current
             name = max(live, key=lambda k: live[k].speedup)  # first in ORDER on ties
             done.add(name)
             self.visits[name] += 1
+            before = len(s.probes)
             found = self.explore(name, current)
             # A ladder keeps each value that beats the one before it; noise can add up over a chain of such wins
             # (augment_cpu: 2 -> 3 -> 4 workers, each a win, measured 1.02x [0.86, 1.24] over 2 workers). A chain
@@ -142,8 +143,24 @@ class AdaptivePlanner(Planner):
                 done.difference_update(INTERACTIONS.get(name, ()))
                 current = s.best = found
             else:
-                self.decisions.append(f"{name}: no value beat {knobs.describe(current.settings, base.settings)} "
-                                      "beyond the noise")
+                self.decisions.append(self._nothing_beat(name, current, base, s.probes[before:]))
+
+    def _ruled_out(self, prospects: dict[str, Prospect], current: ProbeResult) -> None:
+        """Knobs left untried because their prospect could not gain enough: a decision and an unexplored entry."""
+        for name, p in prospects.items():
+            if p.why_not and self.alternatives(name, current):
+                self.decisions.append(f"{name}: skipped: {p.why_not}")
+                self.session.unexplored.append(f"{name}: {p.why_not}")
+
+    @staticmethod
+    def _nothing_beat(name: str, current: ProbeResult, base: ProbeResult, new: list[ProbeResult]) -> str:
+        """The decision for a knob whose exploration kept nothing: beaten, or never measured (budget, failures)."""
+        tried = [p for p in new if p.settings.get(name) != current.settings[name]]
+        if any(p.ok and p.measured for p in tried):
+            return f"{name}: no value beat {knobs.describe(current.settings, base.settings)} beyond the noise"
+        if tried:  # a probe cut short by the budget, or one that failed: no figure to decide on
+            return f"{name}: nothing measured ({', '.join(f'{p.id} {p.status.value}' for p in tried)})"
+        return f"{name}: nothing measured: over budget"
 
     def _second_look(self, current: ProbeResult) -> ProbeResult | None:
         """With nothing left to explore, the comparisons against the best that are still open (`open_gains`: a

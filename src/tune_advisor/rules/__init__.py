@@ -50,11 +50,12 @@ def evaluate(document: dict[str, Any], select: list[str] | None = None,
     for r in chosen(select, ignore):
         found = r.check(ctx)
         if found is not None:
-            findings.append(_within_recommendation(to_dict(r, found), recommended))
+            findings.append(_within_recommendation(to_dict(r, found), recommended, document.get("probes") or []))
     return sorted(findings, key=_rank)
 
 
-def _within_recommendation(finding: dict[str, Any], recommended: dict[str, Any]) -> dict[str, Any]:
+def _within_recommendation(finding: dict[str, Any], recommended: dict[str, Any],
+                           probes: list[dict[str, Any]]) -> dict[str, Any]:
     """A finding's fix never contradicts the recommendation: a setting the planner did not keep (or did not try
     in the recommended company) leaves the fix and is named as such. The planner's keep rule and ablation rest on
     comparisons measured side by side, which outrank a rule's reading of separate probes. TA703 (a batch change's
@@ -63,8 +64,17 @@ def _within_recommendation(finding: dict[str, Any], recommended: dict[str, Any])
     apart = {k: v for k, v in fix.items() if k in recommended and recommended[k] != v}
     if not apart or finding["code"] == "TA703" or "not tried" in finding["message"]:
         return finding
-    if not finding["gain"].get("measured"):  # advice on what no probe measured: a next step, said so
+    tried = [p["id"] for p in probes if p.get("status") == "ok"
+             and all((p.get("settings") or {}).get(k) == v for k, v in apart.items())]
+    if not finding["gain"].get("measured") and not tried:  # advice on what no probe measured: a next step
         finding["message"] += f"; a next step, not tried in this run: {knobs.describe(apart)}"
+        return finding
+    if not finding["gain"].get("measured"):  # an estimate, where the run measured the setting (an H200's cnn run
+        # said pin_memory was "not tried" beside its own pin_memory probe, which the planner did not keep)
+        finding["fix"]["settings"] = {k: v for k, v in fix.items() if k not in apart}
+        finding["message"] += (f"; not in the recommendation: {knobs.describe(apart)} was measured in this run "
+                               f"({', '.join(tried[:3])}{', …' if len(tried) > 3 else ''}) and the planner did not "
+                               "keep it (see how it decided)")
         return finding
     finding["fix"]["settings"] = {k: v for k, v in fix.items() if k not in apart}
     finding["message"] += (f"; not in the recommendation: the planner did not keep {knobs.describe(apart)} beside "
