@@ -181,6 +181,20 @@ def test_a_protocol_with_a_turn_length_gives_each_side_the_steps_of_about_that_l
     assert reports["a"]["steps"] == sum(a_turns) and reports["b"]["steps"] == sum(b_turns)
 
 
+def test_timed_turns_measure_to_the_time_cap_not_one_turn_past_the_step_cap(tmp_path):
+    # GIVEN sides of 4 ms and 20 ms steps in 0.1 s turns, under a step cap of 40 and a time cap of 1 s (an H200's
+    # tiny_batch_mlp: 2.4 ms steps took 135 a half-second turn, and its confirmation pairs stopped after two timed
+    # turns at the 200-step cap, 1.3 s a side: two such rounds read 29.55x [8.12, 107.56])
+    record = {}
+    protocol = Protocol(min_steps=1000, min_time_s=5, max_steps=40, max_time_s=1.0, turn_s=0.1)
+    why, _, reports, _ = conduct(tmp_path, protocol, step_s=(0.004, 0.020), record=record)
+    a_turns, b_turns = record["turns"]
+    # THEN the pair goes on in timed turns until a side has measured about the time cap (ten turns of 0.1 s)
+    timed = a_turns[lockstep.MATCH_AFTER:]
+    assert why == "measured" and len(timed) >= 8 and sum(a_turns) > 40
+    assert reports["a"]["steps"] == sum(a_turns) and reports["b"]["steps"] == sum(b_turns)
+
+
 def test_timed_turns_are_the_nearest_whole_steps_and_at_least_one():
     assert lockstep.matched_turns([[0.02] * 3, [0.1] * 3], turn_s=0.5) == [25, 5]
     assert lockstep.matched_turns([[0.02] * 3, [0.9] * 3], turn_s=0.5) == [25, 1]  # a step longer than a turn

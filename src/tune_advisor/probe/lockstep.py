@@ -309,6 +309,10 @@ class _Pair:
                 if n < MATCH_AFTER and not self._capped(steps):
                     return False
                 self.reps = matched_turns(steps, self.protocol.turn_s)
+                if self.protocol.turn_s:  # timed turns end at the time cap: a side of short steps would otherwise
+                    # reach the step cap in a turn or two (an H200's 2.4 ms steps: two timed turns, 1.3 s a side)
+                    self.cap = max(self.cap, max(self.reps) * math.ceil(self.protocol.max_time_s /
+                                                                        self.protocol.turn_s))
             # a side's epochs in turns, where they hold whole turns (with matched turns of the batch ratio, a
             # smaller batch's longer epoch takes as many turns as its partner's)
             known = {e // r for e, r in zip(self.epochs, self.reps) if e and e % r == 0}
