@@ -65,6 +65,21 @@ def test_no_change_means_a_single_stair_and_a_keep_verdict():
     assert report.verdict.startswith("Keep your settings") and report.snippet is None
 
 
+def test_the_verdict_says_how_the_confirmation_rounds_ran():
+    base = probe("p001", "baseline")
+    win = probe("p002", median=200.0, batch_size=64)
+    doc = document([base, win], base, win)
+    speedup = {"median": 2.0, "ci_low": 1.9, "ci_high": 2.1}
+    # GIVEN rounds one side after the other (the quick start's io_bound): not called pairs measured together
+    doc["speedup"] = {**speedup, "method": "baseline and recommended measured one after the other, in alternating "
+                                           "order, 3 rounds"}
+    assert view.build(doc).verdict.endswith("confirmed by measuring baseline and recommended again, one after the "
+                                            "other in alternating rounds.")
+    doc["speedup"] = {**speedup, "method": "baseline and recommended measured together in lockstep, step by step, "
+                                           "8 rounds"}
+    assert view.build(doc).verdict.endswith("again, together in lockstep rounds.")
+
+
 def test_a_partial_document_still_builds():
     report = view.build({"probes": [None, "junk", probe("p001", "baseline")], "findings": [{"code": 5}]})
     assert report.baseline["id"] == "p001" and len(report.rows) == 1

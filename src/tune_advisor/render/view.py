@@ -242,8 +242,19 @@ def _verdict(baseline, recommended, changes, probes, speedup) -> str:
         return "Keep your settings: no change beat the baseline by more than the measured noise."
     if speedup and as_num(speedup.get("median")) is not None:
         return (f"Change {knobs.describe(changes)}: {fmt_speedup(speedup)} faster, confirmed by measuring "
-                "baseline and recommended again, in paired rounds.")
+                f"baseline and recommended again, {_rounds_kind(speedup.get('method'))}.")
     return f"Change {knobs.describe(changes)} (not confirmed by measuring it again beside the baseline)."
+
+
+def _rounds_kind(method: Any) -> str:
+    """How the confirmation's rounds ran, from the speedup's method: lockstep pairs, or one side after the other
+    (which a reader must not take for pairs measured together)."""
+    method = str(method or "")
+    if "lockstep" in method:
+        return "together in lockstep rounds"
+    if "one after the other" in method:
+        return "one after the other in alternating rounds"
+    return "in rounds"
 
 
 def _snippet(recommended: dict, base: dict, framework: Any = None) -> str:
