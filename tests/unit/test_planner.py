@@ -992,6 +992,29 @@ def test_probes_get_what_is_left_of_the_budget_as_their_limit():
     assert session.unexplored == ["amp=bf16: stopped when the budget ran out (p9)"] and session.probes[-1] is again
 
 
+def test_a_budget_stopped_probe_says_whose_time_ran_out(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from tune_advisor.probe import runner
+    from tune_advisor.probe.spec import ProbeSpec
+
+    # GIVEN probes the runner killed at their budget-bound limit (the child left no result)
+    monkeypatch.setattr(runner, "wait_child", lambda started: runner.ChildRun(
+        None, None, True, 0, 1, "measuring", "", 10.0))
+    spec = ProbeSpec(id="p4", workload="w.py", settings={}, timeout_s=120.0, budget_left_s=10.0)
+
+    def stopped(role):
+        return runner.finish_probe(SimpleNamespace(spec=spec, workdir=tmp_path, role=role))
+
+    # THEN an exploring probe's limit is named as the budget's share for exploring (an H200 run read "the analysis
+    # budget ran out" at 37 s of its 75: the rest was kept for a confirmation), a confirmation's as the budget
+    explore, confirm = stopped("ladder:batch_size"), stopped("confirm:baseline")
+    assert explore.status is confirm.status is Status.STOPPED
+    assert explore.error.startswith("stopped: the time the analysis budget (--budget) leaves for exploring, before "
+                                    "the confirmation, ran out 10.0 s into it (last phase: measuring)")
+    assert confirm.error.startswith("stopped: the analysis budget (--budget) ran out 10.0 s into it")
+
+
 @pytest.mark.parametrize("failure", [Status.OOM, Status.CRASHED, Status.TIMEOUT, Status.ERROR])
 def test_a_partner_that_fails_leaves_its_recheck_stopped_and_the_run_goes_on(failure):
     # GIVEN a model whose batch 64 fails (out of memory, a crash, a hang, an error), measured in lockstep beside
