@@ -169,9 +169,9 @@ def test_a_precision_knob_is_judged_on_the_share_of_compute_it_can_speed_up():
     # so it is skipped with that reason and the batch ladder runs; the recommendation is the batch and workers
     outcome, backend = run_plan(_loader_fed(0.10), workload=MLP, search=search, explore=explore)
     assert first(backend, lambda c: c["amp"] == "bf16") is None
-    # (at batch 32, where the ladder left it: the baseline's 10% at batch 16 carried by the batch and step times)
-    assert any(d.startswith("amp: skipped: the step is 50% waiting for data and 8% of the rest is matmuls and "
-                            "convolutions at batch_size=32 (the baseline's 10% at 16") for d in outcome.decisions)
+    # (at batch 32, where the ladder left it, the compute grew faster than the batch: the profile's 10% stands)
+    assert any(d.startswith("amp: skipped: the step is 50% waiting for data and 10% of the rest is matmuls and "
+                            "convolutions, so") for d in outcome.decisions)
     assert any(d.startswith("the baseline's profile: 10% of its compute") for d in outcome.decisions)
     assert outcome.recommended.settings["batch_size"] == 32 and outcome.recommended.settings["num_workers"] == 2
 

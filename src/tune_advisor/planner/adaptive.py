@@ -326,8 +326,8 @@ class AdaptivePlanner(Planner):
         return Prospect(1.0, "this planner does not know the knob")
 
     def _dense_at(self, current: ProbeResult) -> tuple[float | None, str]:
-        """The baseline profile's dense share of the compute, carried to `current`'s batch size, and where it was
-        carried from ('' at the baseline's batch). A dense kernel's time grows with the batch (its FLOPs do) while
+        """The baseline profile's dense share of the compute, carried to `current`'s batch size (never below the
+        profile's), and where it was carried from ('' where not carried). A dense kernel's time grows with the batch (its FLOPs do) while
         a step's fixed costs (kernel launches, the optimizer) do not: with d of c0 seconds of compute at batch b0,
         about d·c0·k of the c seconds measured at k·b0. On an H200 the cnn's GPU idled 91% of a batch-32 step
         (dense 7% of 6.5 ms of compute), and batch 128 computed in 6.1 ms: bf16 was judged on 7% where about 28%
@@ -343,9 +343,13 @@ class AdaptivePlanner(Planner):
         if c0 <= 0 or c <= 0:
             return d, ""
         k = current.settings["batch_size"] / base.settings["batch_size"]
-        return min(1.0, d * c0 * k / c), (f" at batch_size={current.settings['batch_size']} (the baseline's "
-                                          f"{d:.0%} at {base.settings['batch_size']}, scaled by the batch and the "
-                                          "step times)")
+        carried = min(1.0, d * c0 * k / c)
+        if carried <= d:  # compute that grew faster than the batch (loader workers taking the cores from the
+            # training thread: augment_cpu's batch 128 beside 2 workers) slows the dense share too; never below
+            # what the profile measured, as a prospect bounds what a knob could gain
+            return d, ""
+        return carried, (f" at batch_size={current.settings['batch_size']} (the baseline's {d:.0%} at "
+                         f"{base.settings['batch_size']}, scaled by the batch and the step times)")
 
     def _restart_prospect(self, current: ProbeResult) -> Prospect:
         """persistent_workers saves the worker start-up at every epoch: bounded by the data wait of the steps that
