@@ -14,6 +14,12 @@ from typing import Any
 ADVICE_AGAINST_COMPILE = re.compile(r"did not train faster|leave it off")
 
 
+def measured_by(probes: list[dict[str, Any]], settings: dict[str, Any]) -> list[str]:
+    """The ids of the `ok` probes whose settings hold every value in `settings`."""
+    return [p.get("id") for p in probes if p.get("status") == "ok"
+            and all((p.get("settings") or {}).get(k) == v for k, v in settings.items())]
+
+
 def contradictions(document: dict[str, Any]) -> list[str]:
     """One line per contradiction in `document` (empty: it agrees with itself)."""
     rec = (document.get("recommended") or {}).get("settings") or {}
@@ -29,8 +35,7 @@ def contradictions(document: dict[str, Any]) -> list[str]:
                 found.append(f"{code} fixes {knob}={value}, the recommendation has {knob}={rec[knob]}")
         if "not tried in this run" in message:  # a next step no probe measured: say so only where none did
             fix = (f.get("fix") or {}).get("settings") or {}
-            measured = [p.get("id") for p in document.get("probes") or [] if p.get("status") == "ok" and fix
-                        and all((p.get("settings") or {}).get(k) == v for k, v in fix.items())]
+            measured = measured_by(document.get("probes") or [], fix) if fix else []
             if measured:
                 found.append(f"{code} calls {', '.join(f'{k}={v}' for k, v in fix.items())} not tried in this run, "
                              f"yet {', '.join(measured)} measured it")

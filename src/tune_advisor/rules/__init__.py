@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from .. import knobs
+from ..consistency import measured_by
 from ..errors import UsageError
 from .context import Context, Finding
 from .registry import FAMILIES, RULES, SEVERITIES, Rule, rule
@@ -64,8 +65,7 @@ def _within_recommendation(finding: dict[str, Any], recommended: dict[str, Any],
     apart = {k: v for k, v in fix.items() if k in recommended and recommended[k] != v}
     if not apart or finding["code"] == "TA703" or "not tried" in finding["message"]:
         return finding
-    tried = [p["id"] for p in probes if p.get("status") == "ok"
-             and all((p.get("settings") or {}).get(k) == v for k, v in apart.items())]
+    tried = measured_by(probes, apart)
     if not finding["gain"].get("measured") and not tried:  # advice on what no probe measured: a next step
         finding["message"] += f"; a next step, not tried in this run: {knobs.describe(apart)}"
         return finding
