@@ -3,7 +3,8 @@
 A finding's fix may not set a knob to another value than the recommendation holds (a next step the run did not
 try, TA703's batch advice, is no contradiction), and a next step called untried was not measured by any probe; TA504 may not advise against a compile mode the recommendation
 holds; TA702/TA704 may not question a numeric knob the recommendation changed; an `ok` probe has a throughput; a
-speedup is stated only for a recommendation that changes something.
+speedup is stated only for a recommendation that changes something; the baseline's and the recommendation's
+figures stand in the ratio of the speedup.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import re
 from typing import Any
 
 ADVICE_AGAINST_COMPILE = re.compile(r"did not train faster|leave it off")
+FIGURES_TOLERANCE = 0.01  # the figures are worked out on one level (planner/figures.py): only rounding may differ
 
 
 def measured_by(probes: list[dict[str, Any]], settings: dict[str, Any]) -> list[str]:
@@ -44,7 +46,19 @@ def contradictions(document: dict[str, Any]) -> list[str]:
         if code in ("TA702", "TA704"):
             found += [f"{code} questions {knob}, the recommendation has {knob}={value}"
                       for knob, value in changed.items() if f"{knob}=" in message]
+    ratio = _figures_ratio(document.get("figures") or {})
+    speedup = (document.get("speedup") or {}).get("median")
+    if changed and ratio is not None and isinstance(speedup, (int, float)) and speedup > 0 \
+            and abs(ratio / speedup - 1) > FIGURES_TOLERANCE:
+        found.append(f"the figures read {ratio:.2f}x the baseline's throughput, the speedup reads {speedup:.2f}x")
     for p in document.get("probes") or []:
         if p.get("status") == "ok" and not (p.get("throughput") or {}).get("median"):
             found.append(f"probe {p.get('id')} is 'ok' without a throughput")
     return found
+
+
+def _figures_ratio(figures: dict[str, Any]) -> float | None:
+    """The recommendation's figure over the baseline's; None where either is missing."""
+    base, rec = ((figures.get(side) or {}).get("median") for side in ("baseline", "recommended"))
+    ok = all(isinstance(x, (int, float)) and x > 0 for x in (base, rec))
+    return rec / base if ok else None

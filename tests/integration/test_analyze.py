@@ -3,7 +3,10 @@
 import dataclasses
 import json
 
+import pytest
+
 from tune_advisor import api, knobs, results
+from tune_advisor.consistency import contradictions
 from tune_advisor.probe.result import Status
 
 from ..conftest import BAD, FAST, FIXTURES, WORKLOADS
@@ -34,6 +37,11 @@ def test_cli_analyze_recommends_loader_workers_for_slow_storage(cli, tmp_path):
     # AND loader workers are recommended, with a confirmed speedup whose CI excludes 1
     assert saved["recommended"]["settings"]["num_workers"] in (2, 4)
     assert saved["speedup"]["ci_low"] > 1.3
+    # AND the report agrees with itself: its two throughputs stand in the ratio of that speedup
+    figures = saved["figures"]
+    assert figures["recommended"]["median"] / figures["baseline"]["median"] == pytest.approx(
+        saved["speedup"]["median"])
+    assert contradictions(saved) == []
     assert len({p["id"] for p in saved["probes"]}) == len(saved["probes"])
     assert saved["budget"]["probes_run"] == len(saved["probes"])
     # AND knobs that cannot apply on a CPU are listed with the reason, not silently dropped

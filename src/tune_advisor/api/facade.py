@@ -281,9 +281,9 @@ def _complete(record: RunRecord, outcome: Outcome, session: Session, options: An
     unit = outcome.baseline.unit
     record.complete(baseline=outcome.baseline.to_dict(), recommended=outcome.recommended.to_dict(),
                     speedup=outcome.speedup,
-                    # each setting's best-founded throughput, from all of its runs (Session.figure)
-                    figures={"baseline": session.figure(outcome.baseline.settings, unit),
-                             "recommended": session.figure(outcome.recommended.settings, unit)},
+                    # both settings' best-founded throughputs, on one level with the speedup (Session.figures)
+                    figures=session.figures(outcome.baseline.settings, outcome.recommended.settings,
+                                            outcome.speedup, unit),
                     notes=outcome.notes, plan=outcome.plan_summary())
     record.set_findings(rules.evaluate(record.document, options.select, options.ignore))
     record.spent(used_s=round(session.elapsed(), 3), probes_run=len(session.probes), unexplored=outcome.unexplored)

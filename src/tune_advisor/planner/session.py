@@ -13,13 +13,12 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from .. import knobs
-from ..analysis import stats
 from ..collectors import cuda_memory
 from ..probe.backend import ProbeBackend, SpecMaker, bare_spec
 from ..probe.result import ProbeResult, Status
 from ..probe.spec import ProbeSpec, Protocol
-from . import ablation
-from .compare import DUEL_MAX_S, Comparisons, plain_wall, settings_key, window_rate
+from . import ablation, figures
+from .compare import DUEL_MAX_S, Comparisons, plain_wall, settings_key
 from .confirm import CONFIRM_GRACE, CONFIRM_RESERVE, reserve_s
 from .keep import DUEL_ROLE, together, without
 
@@ -311,12 +310,8 @@ class Session(Comparisons):
     # --- comparing, noise-aware ---------------------------------------------------------------------------------
 
     def runs(self, settings: dict[str, Any], paired: bool | None = None) -> list[ProbeResult]:
-        """The finished probes of these settings with a measured window; `paired`: only those measured beside a
-        lockstep partner (True) or alone (False). The two kinds differ systematically (a partner's turns leave
-        the caches cold: one tiny model read 41,847 samples/s alone and 17,556 beside its partner), so they are
-        never mixed in one comparison."""
-        return [p for p in self.probes if p.ok and p.measured and p.settings == settings
-                and (paired is None or (p.paired_with is not None) == paired)]
+        """The finished probes of these settings with a measured window, of one kind (`figures.runs`)."""
+        return figures.runs(self.probes, settings, paired)
 
     def samples(self, settings: dict[str, Any], paired: bool = False) -> tuple[list[float], list[float]]:
         """Items and step times of every finished probe of these settings of one kind, pooled: re-checks add
@@ -325,44 +320,17 @@ class Session(Comparisons):
         return [x for p in runs for x in p.items], [x for p in runs for x in p.step_s]
 
     def figure(self, settings: dict[str, Any], unit: str = "samples/s") -> dict[str, Any] | None:
-        """The throughput a report prints for `settings`: the best-founded estimate from all its measures in the
-        run, from runs of one kind: measured alone (what training sees) when there are any, else beside a lockstep
-        partner (whose turns leave the caches cold: never pooled with the others). Their geometric mean, and the
-        95% prediction interval of one more run (`stats.prediction_interval`), its spread from every setting of
-        that kind run more than once in this session (`drift`); with no repeated run at all, the one window's
-        CI, labelled as such. None without a measured run."""
-        alone = self.runs(settings, paired=False)
-        runs = alone or self.runs(settings, paired=True)
-        if not runs:
-            return None
-        kind = "alone" if alone else "beside a partner"
-        spread = self.drift()
-        if spread[1] == 0:
-            median, low, high = runs[0].throughput()
-            interval = f"95% CI within one measured window ({runs[0].id}, {kind}): a re-run may fall outside it"
-        else:
-            median, low, high = stats.prediction_interval([window_rate(p) for p in runs], spread)
-            interval = (f"95% prediction interval of one more run, from {len(runs)} run{'s' if len(runs) > 1 else ''}"
-                        f" ({kind}), the drift between runs from every repeated setting, alone or beside one "
-                        f"partner ({spread[1]} degrees of freedom)")
-        return {"median": median, "ci_low": low, "ci_high": high, "unit": unit, "interval": interval,
-                "runs": [p.id for p in runs]}
+        """The throughput a report prints for `settings` on their own (`figures.figure`)."""
+        return figures.figure(self.probes, settings, unit)
+
+    def figures(self, base: dict[str, Any], rec: dict[str, Any], speedup: dict[str, Any] | None,
+                unit: str = "samples/s") -> dict[str, dict[str, Any] | None]:
+        """The baseline's and the recommendation's figures on one level (`figures.figures`)."""
+        return figures.figures(self.probes, base, rec, speedup, unit)
 
     def drift(self) -> tuple[float, int]:
-        """(log sd, degrees of freedom) of the run-to-run spread of throughput, pooled over every setting that has
-        two or more measured runs of one kind (`stats.pooled_log_sd`). A run alone and a run beside a partner are
-        grouped apart, and runs beside a partner by the partner's settings: a partner's turns set the level (a
-        recheck read 1,020 samples/s beside one partner and 46 beside a far slower one), while how far one run
-        drifts from the next is the machine's. Alone only, a run whose one repeated setting is the baseline has
-        one degree of freedom (t = 12.7); the confirmation's lockstep rounds add theirs."""
-        by_id = {p.id: p for p in self.probes}
-        groups: dict[tuple, list[float]] = {}
-        for p in self.probes:
-            if p.ok and p.measured:
-                partner = by_id.get(p.paired_with) if p.paired_with else None
-                beside = settings_key(partner.settings) if partner else p.paired_with
-                groups.setdefault((settings_key(p.settings), beside), []).append(window_rate(p))
-        return stats.pooled_log_sd(list(groups.values()))
+        """The run-to-run spread of throughput over this session's probes (`figures.drift`)."""
+        return figures.drift(self.probes)
 
     def common_kind(self, *settings: dict[str, Any]) -> bool | None:
         """The kind of measure (paired: True, alone: False) that every one of `settings` has; alone where both

@@ -1,0 +1,128 @@
+"""The throughputs a report prints for the baseline and the recommendation (results.json `figures`).
+
+Each is the best-founded estimate from all the measures of a run, with the kind of its interval said. They are
+worked out from the probes alone, so a saved run's figures can be worked out again from its results.json
+(`of_document`) with nothing re-measured.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..analysis import stats
+from ..probe.result import ProbeResult
+from .compare import settings_key, window_rate
+
+
+def runs(probes: list[ProbeResult], settings: dict[str, Any], paired: bool | None = None) -> list[ProbeResult]:
+    """The finished probes of these settings with a measured window; `paired`: only those measured beside a
+    lockstep partner (True) or alone (False). The two kinds differ systematically (a partner's turns leave the
+    caches cold: one tiny model read 41,847 samples/s alone and 17,556 beside its partner), so they are never
+    mixed in one comparison."""
+    return [p for p in probes if p.ok and p.measured and p.settings == settings
+            and (paired is None or (p.paired_with is not None) == paired)]
+
+
+def drift(probes: list[ProbeResult]) -> tuple[float, int]:
+    """(log sd, degrees of freedom) of the run-to-run spread of throughput, pooled over every setting that has
+    two or more measured runs of one kind (`stats.pooled_log_sd`). A run alone and a run beside a partner are
+    grouped apart, and runs beside a partner by the partner's settings: a partner's turns set the level (a
+    recheck read 1,020 samples/s beside one partner and 46 beside a far slower one), while how far one run
+    drifts from the next is the machine's. Alone only, a run whose one repeated setting is the baseline has
+    one degree of freedom (t = 12.7); the confirmation's lockstep rounds add theirs."""
+    by_id = {p.id: p for p in probes}
+    groups: dict[tuple, list[float]] = {}
+    for p in probes:
+        if p.ok and p.measured:
+            partner = by_id.get(p.paired_with) if p.paired_with else None
+            beside = settings_key(partner.settings) if partner else p.paired_with
+            groups.setdefault((settings_key(p.settings), beside), []).append(window_rate(p))
+    return stats.pooled_log_sd(list(groups.values()))
+
+
+def _kind(probes: list[ProbeResult], *settings: dict[str, Any]) -> tuple[list[list[ProbeResult]], str]:
+    """Each of `settings`' runs of one kind, and the kind: alone (what training sees) where any of them has a run
+    alone, else beside a lockstep partner."""
+    alone = [runs(probes, s, paired=False) for s in settings]
+    if any(alone):
+        return alone, "alone"
+    return [runs(probes, s, paired=True) for s in settings], "beside a partner"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+def figure(probes: list[ProbeResult], settings: dict[str, Any], unit: str = "samples/s") -> dict[str, Any] | None:
+    """The throughput a report prints for `settings` on their own: the geometric mean of their runs of one kind
+    (`_kind`) and the 95% prediction interval of one more run (`stats.prediction_interval`), its spread from
+    every setting run more than once (`drift`); with no repeated run at all, the one window's CI, labelled as
+    such. None without a measured run."""
+    (own,), kind = _kind(probes, settings)
+    if not own:
+        return None
+    spread = drift(probes)
+    if spread[1] == 0:
+        median, low, high = own[0].throughput()
+        interval = f"95% CI within one measured window ({own[0].id}, {kind}): a re-run may fall outside it"
+    else:
+        median, low, high = stats.prediction_interval([window_rate(p) for p in own], spread)
+        interval = (f"95% prediction interval of one more run, from {_plural(len(own), 'run')} ({kind}), the drift "
+                    f"between runs from every repeated setting, alone or beside one partner ({spread[1]} degrees of "
+                    "freedom)")
+    return {"median": median, "ci_low": low, "ci_high": high, "unit": unit, "interval": interval,
+            "runs": [p.id for p in own]}
+
+
+def figures(probes: list[ProbeResult], base: dict[str, Any], rec: dict[str, Any], speedup: dict[str, Any] | None,
+            unit: str = "samples/s") -> dict[str, dict[str, Any] | None]:
+    """The baseline's and the recommendation's figures, on one level: the recommendation's is the baseline's
+    times the confirmed speedup, so the report's two throughputs and its headline speedup agree.
+
+    Runs alone minutes apart read a shared machine at different speeds (one lstm_collate run read its baseline at
+    706 and 592 sequences/s), so two separate geometric means can put the faster settings below the slower ones
+    beside a confirmed 1.08x. The level pools the runs of both settings (of one kind), the recommendation's
+    divided by the speedup: more runs, spread over the whole run, so the drift weighs less. The
+    recommendation's interval also carries the speedup's CI. Without a confirmed speedup, with a recommendation
+    that keeps the baseline, or with no repeated run to take a spread from, each has its own `figure`."""
+    ratio = as_float((speedup or {}).get("median"))
+    separate = {"baseline": figure(probes, base, unit), "recommended": figure(probes, rec, unit)}
+    spread = drift(probes)
+    (own_base, own_rec), kind = _kind(probes, base, rec)
+    if base == rec or not ratio > 0 or not math.isfinite(ratio) or spread[1] == 0 or not (own_base or own_rec):
+        return separate
+    pooled = own_base + own_rec
+    level, low, high = stats.prediction_interval(
+        [window_rate(p) for p in own_base] + [window_rate(p) / ratio for p in own_rec], spread)
+    half = math.log(high / level)
+    edges = [as_float(speedup.get(k)) for k in ("ci_low", "ci_high")]
+    carried = max([abs(math.log(e / ratio)) for e in edges if e > 0 and math.isfinite(e)], default=0.0)
+    rec_half = math.hypot(half, carried)
+    source = (f"{_plural(len(own_base), 'run')} of the baseline and {_plural(len(own_rec), 'run')} of the "
+              f"recommendation divided by the confirmed speedup ({kind})")
+    base_figure = {"median": level, "ci_low": low, "ci_high": high, "unit": unit,
+                   "interval": (f"95% prediction interval of one more run, from {source}, the drift between runs "
+                                f"from every repeated setting, alone or beside one partner ({spread[1]} degrees of "
+                                "freedom)"),
+                   "runs": [p.id for p in pooled]}
+    rec_figure = {"median": level * ratio, "ci_low": level * ratio * math.exp(-rec_half),
+                  "ci_high": level * ratio * math.exp(rec_half), "unit": unit,
+                  "interval": (f"the baseline's level times the confirmed speedup ({ratio:.2f}x): 95% prediction "
+                               f"interval of one more run, from {source}, widened by the speedup's CI "
+                               f"({spread[1]} degrees of freedom)"),
+                  "runs": [p.id for p in pooled]}
+    return {"baseline": base_figure, "recommended": rec_figure}
+
+
+def as_float(x: Any) -> float:
+    """A number from a document field; NaN for anything else (None included)."""
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else float("nan")
+
+
+def of_document(document: dict[str, Any]) -> dict[str, dict[str, Any] | None]:
+    """A saved run's figures worked out again from its own probes, speedup and settings (nothing re-measured)."""
+    probes = [ProbeResult.from_dict(p) for p in document.get("probes") or []]
+    base, rec = (document.get(side) or {} for side in ("baseline", "recommended"))
+    unit = (base.get("throughput") or {}).get("unit") or "samples/s"
+    return figures(probes, base.get("settings") or {}, rec.get("settings") or {}, document.get("speedup"), unit)

@@ -1,0 +1,97 @@
+"""The figures a report prints for the baseline and the recommendation agree with its confirmed speedup."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from tune_advisor import knobs
+from tune_advisor.consistency import contradictions
+from tune_advisor.planner import figures
+from tune_advisor.probe.result import ProbeResult, Status
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = knobs.full_settings({"batch_size": 16})
+REC = {**BASE, "optimizer_impl": "fused"}
+
+
+def run(pid: str, settings: dict, rate: float, partner: str | None = None, steps: int = 20) -> ProbeResult:
+    """A finished probe whose window reads `rate` samples/s (steps of 16 samples, a little jitter)."""
+    step = 16 / rate
+    step_s = [step * (1 + 0.01 * ((i % 3) - 1)) for i in range(steps)]
+    extra = {"lockstep": {"partner": partner}} if partner else {}
+    return ProbeResult(id=pid, settings=dict(settings), status=Status.OK, role="recheck", extra=extra,
+                       raw={"step_s": step_s, "items": [16.0] * steps})
+
+
+def lstm_like() -> list[ProbeResult]:
+    """The shape of one lstm_collate run: its baseline alone at a fast moment and a slow one, its recommendation
+    alone only in slow moments, and lockstep rounds that read the recommendation 1.08x the baseline."""
+    return [run("p001", BASE, 706.0), run("p031", REC, 611.0),
+            run("p034", BASE, 546.0, "p035"), run("p035", REC, 581.0, "p034"),
+            run("p036", BASE, 688.0, "p037"), run("p037", REC, 753.0, "p036"),
+            run("p040", REC, 596.0), run("p041", BASE, 592.0)]
+
+
+SPEEDUP = {"median": 1.0775, "ci_low": 1.0584, "ci_high": 1.0997}
+
+
+def test_the_two_figures_stand_in_the_ratio_of_the_confirmed_speedup():
+    probes = lstm_like()
+    # GIVEN each setting's runs alone on their own: the faster settings read slower than the baseline
+    separate = {side: figures.figure(probes, s) for side, s in (("baseline", BASE), ("recommended", REC))}
+    assert separate["recommended"]["median"] < separate["baseline"]["median"]
+    # WHEN the figures are worked out together with the confirmed speedup
+    got = figures.figures(probes, BASE, REC, SPEEDUP)
+    base, rec = got["baseline"], got["recommended"]
+    # THEN the recommendation reads the baseline's level times the speedup, and the level pools both settings'
+    # runs alone, the recommendation's divided by the speedup
+    assert rec["median"] / base["median"] == pytest.approx(SPEEDUP["median"], rel=1e-9)
+    level = math.exp(sum(math.log(r) for r in (706.0, 592.0, 611.0 / 1.0775, 596.0 / 1.0775)) / 4)
+    assert base["median"] == pytest.approx(level, rel=0.005)
+    assert base["runs"] == rec["runs"] == ["p001", "p041", "p031", "p040"]
+    assert "2 runs of the baseline and 2 runs of the recommendation divided by the confirmed speedup (alone)" \
+        in base["interval"]
+    assert rec["interval"].startswith("the baseline's level times the confirmed speedup (1.08x)")
+    # AND the recommendation's interval also carries the speedup's own uncertainty
+    assert base["ci_low"] < base["median"] < base["ci_high"]
+    assert rec["ci_high"] / rec["ci_low"] > base["ci_high"] / base["ci_low"]
+
+
+def test_without_a_confirmed_speedup_each_setting_has_its_own_figure():
+    probes = lstm_like()
+    for speedup in (None, {"median": None}, {"median": float("nan")}):
+        got = figures.figures(probes, BASE, REC, speedup)
+        assert got == {"baseline": figures.figure(probes, BASE), "recommended": figures.figure(probes, REC)}
+    # AND a recommendation that keeps the baseline shows the baseline's own figure twice
+    same = figures.figures(probes, BASE, BASE, SPEEDUP)
+    assert same["baseline"] == same["recommended"] == figures.figure(probes, BASE)
+
+
+def test_settings_measured_only_beside_partners_share_a_level_of_that_kind():
+    probes = [p for p in lstm_like() if p.paired_with]
+    got = figures.figures(probes, BASE, REC, SPEEDUP)
+    assert "(beside a partner)" in got["baseline"]["interval"]
+    assert got["recommended"]["median"] / got["baseline"]["median"] == pytest.approx(SPEEDUP["median"])
+
+
+def test_a_saved_run_gives_the_same_figures_again_from_its_own_probes():
+    probes = lstm_like()
+    document = {"baseline": probes[0].to_dict(), "recommended": probes[1].to_dict(), "speedup": SPEEDUP,
+                "probes": [p.to_dict() for p in probes]}
+    assert json.loads(json.dumps(figures.of_document(document))) == figures.figures(probes, BASE, REC, SPEEDUP)
+
+
+def test_the_consistency_check_flags_figures_that_disagree_with_the_speedup():
+    probes = lstm_like()
+    document = {"baseline": probes[0].to_dict(), "recommended": probes[1].to_dict(), "speedup": SPEEDUP,
+                "probes": [p.to_dict() for p in probes], "findings": []}
+    # GIVEN the figures each setting's own runs give: 646 -> 604 sequences/s beside a 1.08x speedup
+    separate = {"baseline": figures.figure(probes, BASE), "recommended": figures.figure(probes, REC)}
+    found = contradictions({**document, "figures": separate})
+    assert len(found) == 1 and "the figures read 0.93x" in found[0] and "the speedup reads 1.08x" in found[0]
+    # AND the figures on one level agree with it
+    assert contradictions({**document, "figures": figures.of_document(document)}) == []
