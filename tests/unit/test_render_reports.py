@@ -219,6 +219,9 @@ def test_the_verdict_figures_say_what_kind_of_interval_they_are():
         label = f"95% prediction interval of one more run, over 3 runs ({side})"
         assert label in page and label in md and label in text
     assert "1,234" in page or "1234" in page
+    # AND the verdict's cards give the range with the figure's own kind, never called a "95% CI" beside it
+    assert "1,100–1,380 · 95% prediction interval of one more run" in page
+    assert "95% CI 1,100–1,380" not in page
 
 
 def test_a_ddp_probe_shows_each_ranks_own_gpu_utilisation():
