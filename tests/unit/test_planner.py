@@ -1,5 +1,6 @@
 """The planners against a fake backend: a table of configurations -> synthetic step times, in milliseconds."""
 
+import dataclasses
 import math
 
 import pytest
@@ -1353,6 +1354,30 @@ def test_a_confirmation_whose_rounds_disagree_runs_more_of_them_while_the_budget
     # WHEN the budget leaves room for fewer rounds (a probe here takes 5 s on the fake clock): as many as fit
     rounds, _ = confirm_rounds(10.0 + 3 * 2 * 5.0 * 2)
     assert CONFIRM_ROUNDS <= rounds < CONFIRM_MAX_ROUNDS
+
+
+def test_a_confirmation_stops_only_when_the_interval_it_states_is_precise():
+    from tune_advisor.planner.confirm import CONFIRM_PRECISION, _precise, speedup_interval
+
+    # GIVEN four rounds in turn whose ratios agree exactly (2.00x each) but whose steps swing ±50% around their
+    # mean, so the CI from the rounds' steps, the floor of the stated interval, is wide (an augment_cpu run stopped
+    # after 8 rounds judged on the ratios alone, then stated 1.66x [1.56, 1.74], -6% +5%)
+    def probe(pid, settings, step):
+        return ProbeResult(id=pid, settings=settings, status=Status.OK, role="confirm",
+                           raw={"step_s": [step * (0.5 if i % 2 else 1.5) for i in range(20)], "items": [16.0] * 20})
+
+    base_settings = knobs.full_settings({"batch_size": 16})
+    winner_settings = {**base_settings, "num_workers": 2}
+    rounds = [(probe(f"a{i}", base_settings, 0.02), probe(f"b{i}", winner_settings, 0.01)) for i in range(4)]
+    session = Session(FakeBackend(lambda s: 1000.0), clock=FakeClock())
+    centre, low, high = speedup_interval(session, rounds, rounds[0][0], rounds[0][1], timed=False)
+    # THEN the stated interval is wider than ±CONFIRM_PRECISION, and the confirmation does not call it precise
+    assert centre == pytest.approx(2.0) and (high / centre - 1 > CONFIRM_PRECISION or 1 - low / centre > CONFIRM_PRECISION)
+    assert not _precise(session, rounds, rounds[0][0], rounds[0][1], timed=False)
+    # AND rounds whose steps are steady too are precise at once
+    steady = [(dataclasses.replace(a, raw={"step_s": [0.02] * 20, "items": [16.0] * 20}),
+               dataclasses.replace(b, raw={"step_s": [0.01] * 20, "items": [16.0] * 20})) for a, b in rounds]
+    assert _precise(session, steady, steady[0][0], steady[0][1], timed=False)
 
 
 def test_a_confirmation_whose_rounds_agree_stops_at_three():
