@@ -87,11 +87,10 @@ def figures(probes: list[ProbeResult], base: dict[str, Any], rec: dict[str, Any]
     recommendation's interval also carries the speedup's CI. Without a confirmed speedup, with a recommendation
     that keeps the baseline, or with no repeated run to take a spread from, each has its own `figure`."""
     ratio = as_float((speedup or {}).get("median"))
-    separate = {"baseline": figure(probes, base, unit), "recommended": figure(probes, rec, unit)}
     spread = drift(probes)
     (own_base, own_rec), kind = _kind(probes, base, rec)
     if base == rec or not ratio > 0 or not math.isfinite(ratio) or spread[1] == 0 or not (own_base or own_rec):
-        return separate
+        return {"baseline": figure(probes, base, unit), "recommended": figure(probes, rec, unit)}
     pooled = own_base + own_rec
     level, low, high = stats.prediction_interval(
         [window_rate(p) for p in own_base] + [window_rate(p) / ratio for p in own_rec], spread)
