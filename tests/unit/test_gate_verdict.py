@@ -44,7 +44,8 @@ def test_a_15_percent_slowdown_fails_with_the_numbers():
     # THEN it fails, saying by how much it dropped, against what, and with which interval
     assert outcome.status == FAIL
     assert outcome.failure.startswith("throughput dropped 1") and "(allowed 5%)" in outcome.failure
-    assert "samples/s vs 1,000 samples/s" in outcome.failure and "widened by the" in outcome.failure
+    assert "samples/s vs 1,0" in outcome.failure and "widened by the" in outcome.failure
+    assert "over 3 rounds against 3 stored" in outcome.failure
     assert outcome.figures["ratio"]["median"] == pytest.approx(1 / 1.15, abs=0.01)
     assert outcome.figures["ratio"]["ci_high_widened"] < 0.95
 
@@ -133,13 +134,28 @@ def test_a_stored_comparison_needs_the_whole_widened_interval_beyond_the_thresho
     assert outcome.figures["ratio"]["allowance"] == pytest.approx(0.04, abs=0.01)
 
 
+def test_a_side_carries_one_level_in_every_check():
+    # GIVEN interleaved rounds whose candidate read 900, 1,000 and 1,300 samples/s (median 1,000, mean 1,067)
+    candidate = side(1000, levels=[1 / 0.9, 1.0, 1 / 1.3], noise=0.0)
+    evidence = Evidence(candidate, side(1000, noise=0.0, seed=2), INTERLEAVED)
+    # WHEN a relative and a bound check judge the same evidence
+    relative = parse_check("throughput:5%").evaluate(evidence)
+    bound = parse_check("throughput:>=500").evaluate(evidence)
+    # THEN both print the candidate at the one level, saying what it is and what the ratio pairs
+    shown = f"{evidence.level('throughput').median:,.0f} samples/s"
+    assert shown != "1,000 samples/s" and bound.message.startswith(f"throughput within the limit: {shown}")
+    assert f"levels {shown} vs 1,000 samples/s (each side's mean over its rounds)" in relative.message
+    assert "ratio 1.000x over 3 paired rounds" in relative.message
+    assert relative.figures["candidate"] == pytest.approx(evidence.level("throughput").median)
+
+
 def test_step_time_check_reads_slower_steps_as_a_ratio_above_one():
     # GIVEN steps 15% longer  WHEN step_time:5% judges them
     outcome = judge("step_time:5%", side(1000 / 1.15, seed=1), side(1000, seed=2))
     # THEN it fails with a ratio near 1.15 and the step times in milliseconds
     assert outcome.status == FAIL
     assert outcome.figures["ratio"]["median"] == pytest.approx(1.15, abs=0.02)
-    assert "mean step time rose 1" in outcome.message and "ms vs 16.00 ms" in outcome.message
+    assert "mean step time rose 1" in outcome.message and "ms vs 16.0" in outcome.message
 
 
 @pytest.mark.parametrize("candidate_mem, status", [

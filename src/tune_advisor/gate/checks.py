@@ -94,11 +94,17 @@ class RelativeCheck(Check):
         bad = 1 - self.threshold if higher else 1 + self.threshold
         worse = (lambda x: x < bad) if higher else (lambda x: x > bad)  # beyond the allowed change
         change = ratio.median - 1
-        ref, cand = evidence.reference.level(self.metric), evidence.candidate.level(self.metric)
+        # Each side's level is the one the bound checks print for it; the change is the ratio's, which pairs
+        # rounds (interleaved) or resamples them: the two levels' quotient need not equal it, so the message
+        # says which figure is which rather than print "880 vs 1,000" beside "dropped 13.0%".
+        cand, ref = (evidence.level(self.metric, side).median for side in ("candidate", "reference"))
         figures = {"ratio": ratio.to_dict(), "candidate": cand, "reference": ref, "mode": evidence.mode}
         what = "throughput" if self.metric == "throughput" else "mean step time"
-        shown = f"{_fmt(self.metric, cand, evidence)} vs {_fmt(self.metric, ref, evidence)}"
-        ci = f"{ratio.median:.3f}x (95% CI {ratio.low:.3f}–{ratio.high:.3f}"
+        rounds = (f"{len(evidence.candidate.rounds)} paired rounds" if evidence.mode == INTERLEAVED else
+                  f"{len(evidence.candidate.rounds)} rounds against {len(evidence.reference.rounds)} stored")
+        shown = (f"levels {_fmt(self.metric, cand, evidence)} vs {_fmt(self.metric, ref, evidence)} (each side's "
+                 f"mean over its rounds)")
+        ci = f"{ratio.median:.3f}x over {rounds} (95% CI {ratio.low:.3f}–{ratio.high:.3f}"
         if evidence.mode == INTERLEAVED:
             # Same job, alternating rounds: drift cancels, so the usual pair of tests applies: the change is
             # larger than the threshold, and the CI excludes "no change".
@@ -115,12 +121,12 @@ class RelativeCheck(Check):
         direction = "dropped" if change < 0 else "rose"
         if failed:
             return Outcome(self, FAIL, f"{what} {direction} {abs(change):.1%} (allowed {self.allowed}): "
-                                       f"{shown}, ratio {ci}", figures)
+                                       f"ratio {ci}; {shown}", figures)
         if worse(ratio.median):
             return Outcome(self, WARN, f"{what} {direction} {abs(change):.1%}, beyond the allowed "
-                                       f"{self.allowed} but not significantly: {shown}, ratio {ci}", figures)
+                                       f"{self.allowed} but not significantly: ratio {ci}; {shown}", figures)
         allowed = f" (allowed {self.allowed})" if (change < 0 if higher else change > 0) else ""
-        return Outcome(self, PASS, f"{what} {direction} {abs(change):.1%}{allowed}: {shown}, ratio {ci}", figures)
+        return Outcome(self, PASS, f"{what} {direction} {abs(change):.1%}{allowed}: ratio {ci}; {shown}", figures)
 
     def _memory(self, evidence: Evidence) -> Outcome:
         ratios = verdict.memory_ratio(evidence.candidate, evidence.reference)

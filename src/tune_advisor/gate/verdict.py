@@ -124,10 +124,12 @@ class Evidence:
             self._cache[metric] = ratio_interval(self.candidate, self.reference, metric, self.mode, self.seed)
         return self._cache[metric]
 
-    def level(self, metric: str) -> Interval:
-        key = ("level", metric)
+    def level(self, metric: str, side: str = "candidate") -> Interval:
+        """A side's own level (`level_interval`): the one figure every check prints for that side."""
+        key = ("level", metric, side)
         if key not in self._cache:
-            self._cache[key] = level_interval(self.candidate, metric, self.seed)
+            sample = self.candidate if side == "candidate" else self.reference
+            self._cache[key] = level_interval(sample, metric, self.seed)
         return self._cache[key]
 
 
