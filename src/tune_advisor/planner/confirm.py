@@ -60,6 +60,15 @@ CONFIRM_RESERVE = 2 * (CONFIRM_MIN_ROUNDS + CONFIRM_ALONE)  # probes kept back f
 # The confirmation may run this far past --budget (the contract is "within 10%"): it is what the recommendation
 # rests on, and its probes' wall times vary with the machine's speed. Exploring probes stop where it must begin.
 CONFIRM_GRACE = 0.05
+# A shared machine changes its mood over minutes, and two settings feel it differently, so a ratio measured in one
+# minute can sit 10% off the next minute's: a tiny_batch_mlp confirmation read 41.98x [40.03, 43.49] over 5 rounds
+# in about a minute and its re-measure minutes later 46.64x [44.22, 48.61]; a varlen_transformer one stopped
+# after 4 rounds in 30 s at 1.13x [1.08, 1.17] (rounds 1.10-1.15) and re-measured at 1.25x, while 10 rounds of the
+# same pair over 2.5 min read 1.12-1.24 (Intel Xeon, 2 cores, 2026-11-27; docs/planner.md). Both plans had ended
+# with most of the budget unused. So rounds count as precise only once they span this share of --budget (at the
+# default 10 min: 2 min), while the budget allows them and up to the caps above: a headline resting on rounds
+# spread over minutes sees the moods its re-measure will meet.
+CONFIRM_SPAN_SHARE = 0.2
 
 
 def confirm(session, base: ProbeResult, winner: ProbeResult,
@@ -67,8 +76,8 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
     """Measure baseline and winner together in lockstep rounds (CONFIRM_MIN_ROUNDS, then up to CONFIRM_ROUNDS
     while the budget allows, and on up to CONFIRM_MAX_ROUNDS (rounds in turn: at least CONFIRM_MIN_ROUNDS_IN_TURN,
     at most CONFIRM_MAX_ROUNDS_IN_TURN, each side's window capped; in timed turns: up to that too) while the
-    speedup's CI is wider than
-    ±CONFIRM_PRECISION; the first mover alternates): drift hits both alike. Then
+    speedup's CI is wider than ±CONFIRM_PRECISION or the rounds span less than CONFIRM_SPAN_SHARE of the budget;
+    the first mover alternates): drift hits both alike. Then
     each once more alone, for the figures the report prints. Returns (recommended, speedup); the speedup is None
     when the baseline stays recommended (the note says what the confirmation measured: a speedup beside unchanged
     settings would be one the report does not recommend).
@@ -79,6 +88,7 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
     before it to decide, with a note.
     """
     rounds = []
+    started = session.elapsed()
     turn, timed = _kind(session, base, winner)
     least = CONFIRM_MIN_ROUNDS_IN_TURN if turn else CONFIRM_MIN_ROUNDS
     for i in range(CONFIRM_MAX_ROUNDS_IN_TURN):
@@ -86,7 +96,7 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
             break
         if i >= least and not _affords_round(session, base, winner, turn):
             break
-        if i >= CONFIRM_ROUNDS and _precise(session, rounds, base, winner, timed):
+        if i >= CONFIRM_ROUNDS and _precise(session, rounds, base, winner, timed) and _spanned(session, started):
             break
         a, b = session.duel(base, winner, ("confirm:baseline", "confirm:recommended"), first=i % 2,
                             window_s=CONFIRM_TURN_WINDOW_S, turn_s=CONFIRM_TURN_S if timed else None)
@@ -187,6 +197,12 @@ def _precise(session, rounds: list[tuple[ProbeResult, ProbeResult]], base: Probe
     finished = [(a, b) for a, b in rounds if a.ok and b.ok and a.measured and b.measured]
     centre, low, high = speedup_interval(session, finished, base, winner, timed)
     return high / centre - 1 <= CONFIRM_PRECISION and 1 - low / centre <= CONFIRM_PRECISION
+
+
+def _spanned(session, started: float) -> bool:
+    """Whether the rounds since `started` (the session's clock) span CONFIRM_SPAN_SHARE of the budget; without a
+    budget, the precision alone decides."""
+    return session.budget_s is None or session.elapsed() - started >= CONFIRM_SPAN_SHARE * session.budget_s
 
 
 def _affords_round(session, base: ProbeResult, winner: ProbeResult, turn: bool) -> bool:
