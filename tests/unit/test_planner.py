@@ -1389,7 +1389,7 @@ def test_a_confirmation_whose_rounds_agree_stops_at_three():
 def test_a_precise_confirmation_goes_on_until_its_rounds_span_a_share_of_the_budget():
     from tune_advisor.planner.confirm import CONFIRM_ROUNDS, CONFIRM_SPAN_SHARE, confirm
 
-    def confirm_span(budget_s):
+    def confirm_span(budget_s, spent=0.0):
         # GIVEN a winner 1.5x the baseline whose rounds (in turn) agree within 1%, a probe taking 5 s on the fake
         # clock
         clock = FakeClock()
@@ -1398,6 +1398,7 @@ def test_a_precise_confirmation_goes_on_until_its_rounds_span_a_share_of_the_bud
         session = Session(backend, budget_s, clock=clock)
         base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
         winner = session.run({**base.settings, "amp": "bf16"}, "knob:amp")
+        clock.now += spent  # what exploring took
         started, spans, run = session.elapsed(), [], backend.run
 
         def timed(spec, role):  # each probe's start on the fake clock
@@ -1407,16 +1408,20 @@ def test_a_precise_confirmation_goes_on_until_its_rounds_span_a_share_of_the_bud
         backend.run = timed
         _, speedup = confirm(session, base, winner, [])
         rounds = sum(p.role == "confirm:recommended" for p in session.probes)
-        return rounds, spans[2 * rounds - 1], speedup  # when the last round's second probe began
+        return rounds, spans[2 * rounds - 1], speedup, session.elapsed()  # when the last round's 2nd probe began
 
     # WHEN no budget is given: precise after the least rounds, it stops there
-    rounds, _, speedup = confirm_span(None)
+    rounds, _, speedup, _ = confirm_span(None)
     assert rounds == CONFIRM_ROUNDS and speedup["ci_high"] / speedup["median"] < 1.05
     # WHEN a 10-minute budget leaves room: the rounds go on until they span a fifth of it (120 s: 12 rounds of two
     # 5 s probes), then stop (the minutes a re-measure meets are sampled, not only the confirmation's first one)
-    rounds, span, speedup = confirm_span(600.0)
+    rounds, span, speedup, _ = confirm_span(600.0)
     assert span < CONFIRM_SPAN_SHARE * 600.0 <= span + 2 * 5.0 and rounds > CONFIRM_ROUNDS
     assert 1.45 < speedup["median"] < 1.55
+    # WHEN the confirmation begins late (250 s of a 300 s budget gone): rounds that only spread it over time stop
+    # where the budget itself would be passed, not in the grace kept for the probes' own variance
+    rounds, span, _, elapsed = confirm_span(300.0, spent=240.0)
+    assert rounds == 4 and span < CONFIRM_SPAN_SHARE * 300.0 and elapsed <= 300.0
 
 
 def test_a_winner_whose_steps_are_far_longer_is_confirmed_in_lockstep_with_half_second_turns():

@@ -96,7 +96,8 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
             break
         if i >= least and not _affords_round(session, base, winner, turn):
             break
-        if i >= CONFIRM_ROUNDS and _precise(session, rounds, base, winner, timed) and _spanned(session, started):
+        if i >= CONFIRM_ROUNDS and _precise(session, rounds, base, winner, timed) and (
+                _spanned(session, started) or not _affords_round(session, base, winner, turn, grace=False)):
             break
         a, b = session.duel(base, winner, ("confirm:baseline", "confirm:recommended"), first=i % 2,
                             window_s=CONFIRM_TURN_WINDOW_S, turn_s=CONFIRM_TURN_S if timed else None)
@@ -205,9 +206,12 @@ def _spanned(session, started: float) -> bool:
     return session.budget_s is None or session.elapsed() - started >= CONFIRM_SPAN_SHARE * session.budget_s
 
 
-def _affords_round(session, base: ProbeResult, winner: ProbeResult, turn: bool) -> bool:
-    """Whether one more round and the runs alone after it fit before the confirmation's deadline."""
+def _affords_round(session, base: ProbeResult, winner: ProbeResult, turn: bool, grace: bool = True) -> bool:
+    """Whether one more round and the runs alone after it fit before the confirmation's deadline; `grace` False:
+    before --budget itself (rounds that only spread a precise confirmation over time never use the grace)."""
     left = session.time_left("confirm:baseline")
+    if left is not None and not grace:
+        left -= session.budget_s * CONFIRM_GRACE
     needed = _round_s(base, winner, turn) + CONFIRM_ALONE * (plain_wall(base) + plain_wall(winner))
     return left is None or left >= needed
 
