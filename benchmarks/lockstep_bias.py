@@ -11,7 +11,10 @@ cnn_128, 35-45 s for hf_transformer_32 and varlen_transformer, on 2 cores (an In
 
     python benchmarks/lockstep_bias.py [--rounds 4] [CASE ...]   (cases: cnn, tiny_batch_mlp, lstm_collate,
                                                                  lstm_collate_256, varlen_transformer, cnn_128,
-                                                                 hf_transformer_32, augment_cpu_128)
+                                                                 hf_transformer_32, augment_cpu_128, ...)
+    python benchmarks/lockstep_bias.py --timed-only --window-s 4 --rounds 12 tiny_batch_mlp_fused
+        only the confirmation's kind of pair where steps lie far apart: half-second turns, each side's window
+        capped at 4 s (CONFIRM_TURN_WINDOW_S), against the two alone
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ CASES = {  # case -> (fixture, the candidate's changes over its BASELINE: what i
     "lstm_collate_256": ("lstm_collate", {"batch_size": 256, "amp": "bf16"}),
     # batch changes whose steps are 1.5-2x apart: reproducibility misses at d29d05d (reported 5-7% high)
     "varlen_transformer": ("varlen_transformer", {"batch_size": 64}),
+    "varlen_transformer_fused": ("varlen_transformer", {"batch_size": 64, "optimizer_impl": "fused"}),
     "cnn_128": ("cnn", {"batch_size": 128}),
     # a batch rung whose lockstep duels read 32 over 16 at 1.18x where the grid's probes alone put it at 0.91-1.02x
     "hf_transformer_32": ("hf_transformer", {"batch_size": 32}, {"batch_size": 16}),
@@ -56,15 +60,16 @@ class Probes:
         self.workdir, self.n = workdir, 0
         self.info = inspect_workload(ROOT / "fixtures" / f"{name}.py", "cpu", workdir)
 
-    def spec(self, settings: dict, turn_s: float | None = None) -> ProbeSpec:
+    def spec(self, settings: dict, turn_s: float | None = None, window_s: float | None = None) -> ProbeSpec:
         self.n += 1
+        protocol = Protocol(turn_s=turn_s) if window_s is None else Protocol(turn_s=turn_s, max_time_s=window_s)
         return ProbeSpec(id=f"b{self.n:03d}", workload=str(self.info.path), settings=settings, device="cpu",
-                         protocol=Protocol(turn_s=turn_s))
+                         protocol=protocol)
 
-    def pair(self, a: dict, b: dict, first: int, match_turns: bool = False,
-             turn_s: float | None = None) -> tuple[float, float, float]:
+    def pair(self, a: dict, b: dict, first: int, match_turns: bool = False, turn_s: float | None = None,
+             window_s: float | None = None) -> tuple[float, float, float]:
         """The two sides' rates in one lockstep pair, and how far apart their median steps are."""
-        ra, rb = lockstep.run_pair([self.spec(a, turn_s), self.spec(b, turn_s)], self.workdir,
+        ra, rb = lockstep.run_pair([self.spec(a, turn_s, window_s), self.spec(b, turn_s, window_s)], self.workdir,
                                    ["baseline", "candidate"], first=first, match_turns=match_turns)
         return window_rate(ra), window_rate(rb), step_ratio(ra, rb)
 
@@ -76,7 +81,7 @@ def gmean(values: list[float]) -> float:
     return math.exp(sum(map(math.log, values)) / len(values))
 
 
-def case(name: str, rounds: int, turn_s: float) -> None:
+def case(name: str, rounds: int, turn_s: float, timed_only: bool = False, window_s: float | None = None) -> None:
     fixture, changes, *reference = CASES[name]
     probes = Probes(fixture, Path(tempfile.mkdtemp(prefix=f"lockstep-bias-{name}-")))
     base = {**probes.info.baseline, **(reference[0] if reference else {})}
@@ -85,11 +90,11 @@ def case(name: str, rounds: int, turn_s: float) -> None:
     print(f"{name}: {fixture}, {knobs.describe(changes)} against {against}", flush=True)
     paired, matched, timed, alone, apart, rates = [], [], [], [], [], {"baseline": [], "candidate": []}
     for i in range(rounds):
-        a, b, steps = probes.pair(base, cand, first=i % 2)
-        ma, mb, _ = probes.pair(base, cand, first=i % 2, match_turns=True)
-        matched.append(mb / ma)
-        ta, tb, _ = probes.pair(base, cand, first=i % 2, turn_s=turn_s)
+        ta, tb, steps = probes.pair(base, cand, first=i % 2, turn_s=turn_s, window_s=window_s)
         timed.append(tb / ta)
+        a, b, steps = (ta, tb, steps) if timed_only else probes.pair(base, cand, first=i % 2)
+        ma, mb, _ = (ta, tb, steps) if timed_only else probes.pair(base, cand, first=i % 2, match_turns=True)
+        matched.append(mb / ma)
         apart.append(steps)
         order = ("baseline", "candidate") if i % 2 == 0 else ("candidate", "baseline")
         solo = {role: probes.alone(base if role == "baseline" else cand) for role in order}
@@ -97,15 +102,15 @@ def case(name: str, rounds: int, turn_s: float) -> None:
         alone.append(solo["candidate"] / solo["baseline"])
         for role in rates:
             rates[role].append(solo[role])
-        print(f"  round {i + 1}: lockstep {a:,.0f} -> {b:,.0f} ({paired[-1]:.3f}x, steps {steps:.2f}x apart); "
-              f"matched turns {ma:,.0f} -> {mb:,.0f} ({matched[-1]:.3f}x); {turn_s:g} s turns {ta:,.0f} -> "
-              f"{tb:,.0f} ({timed[-1]:.3f}x); alone {solo['baseline']:,.0f} "
-              f"-> {solo['candidate']:,.0f} ({alone[-1]:.3f}x)", flush=True)
+        kinds = "" if timed_only else (f"lockstep {a:,.0f} -> {b:,.0f} ({paired[-1]:.3f}x, steps {steps:.2f}x "
+                                       f"apart); matched turns {ma:,.0f} -> {mb:,.0f} ({matched[-1]:.3f}x); ")
+        print(f"  round {i + 1}: {kinds}{turn_s:g} s turns {ta:,.0f} -> {tb:,.0f} ({timed[-1]:.3f}x); alone "
+              f"{solo['baseline']:,.0f} -> {solo['candidate']:,.0f} ({alone[-1]:.3f}x)", flush=True)
     lo_a, hi_a = stats.rounds_ratio_interval(alone)[1:]
     print(f"  alone {gmean(alone):.3f}x [{lo_a:.3f}, {hi_a:.3f}] (95% CI over the rounds); median steps "
           f"{stats.median(apart):.2f}x apart")
-    for kind, ratios in (("lockstep, one step a turn", paired), ("lockstep, matched turns", matched),
-                         (f"lockstep, turns of {turn_s:g} s", timed)):
+    kinds = (() if timed_only else (("lockstep, one step a turn", paired), ("lockstep, matched turns", matched)))
+    for kind, ratios in (*kinds, (f"lockstep, turns of {turn_s:g} s", timed)):
         low, high = stats.rounds_ratio_interval(ratios)[1:]
         over = [p / q for p, q in zip(ratios, alone)]
         _, over_low, over_high = stats.rounds_ratio_interval(over)
@@ -123,13 +128,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--turn-s", type=float, default=0.5,
                         help="the third kind of pair: each side takes the steps nearest this many seconds a turn")
+    parser.add_argument("--timed-only", action="store_true",
+                        help="only the pairs in timed turns (the confirmation's kind where steps lie far apart)")
+    parser.add_argument("--window-s", type=float, default=None,
+                        help="cap each side's window of a pair at this (the confirmation's: 4)")
     args = parser.parse_args(argv)
     unknown = set(args.cases) - set(CASES)
     if unknown:
         parser.error(f"unknown case(s) {', '.join(sorted(unknown))}: pick from {', '.join(CASES)}")
     print(f"CPU: {environment.cpu_model()}; flags: {', '.join(environment.cpu_flags()) or 'none of note'}")
     for name in args.cases or CASES:
-        case(name, args.rounds, args.turn_s)
+        case(name, args.rounds, args.turn_s, args.timed_only, args.window_s)
     return 0
 
 
