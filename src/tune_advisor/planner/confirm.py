@@ -65,9 +65,9 @@ CONFIRM_GRACE = 0.05
 # in about a minute and its re-measure minutes later 46.64x [44.22, 48.61]; a varlen_transformer one stopped
 # after 4 rounds in 30 s at 1.13x [1.08, 1.17] (rounds 1.10-1.15) and re-measured at 1.25x, while 12 rounds of the
 # same pair (benchmarks/lockstep_bias.py --timed-only --window-s 4) read 1.15-1.29 (Intel Xeon, 2 cores,
-# 2026-11-27; docs/planner.md). Both plans had ended with most of the budget unused. So rounds count as precise only once they span this share of --budget (at the
-# default 10 min: 2 min), while the budget allows them and up to the caps above: a headline resting on rounds
-# spread over minutes sees the moods its re-measure will meet.
+# 2026-11-27; docs/planner.md). Both plans had ended with most of the budget unused. So rounds count as precise
+# only once they span this share of --budget (at the default 10 min: 2 min), while the budget allows them and up
+# to the caps above: a headline resting on rounds spread over minutes sees the moods its re-measure will meet.
 CONFIRM_SPAN_SHARE = 0.2
 
 
