@@ -180,6 +180,21 @@ def test_memory_headroom_needs_a_known_capacity():
     assert evaluate(load("cnn"), select=["TA3"]) == []
 
 
+def test_memory_headroom_estimates_the_next_doubling_per_doubling_of_a_larger_step():
+    # GIVEN the cnn run where the batch below the recommendation's 64 is made 16, not 32 (as on the H200, where a
+    # recommendation with a fused optimizer had only its ablation's batch, 4x smaller, beside it)
+    doc = with_memory(load("cnn"), 16 * GIB)
+    (below,) = [p for p in doc["probes"] if p["id"] == "p011"]
+    below["settings"]["batch_size"] = 16
+    (found,) = evaluate(doc, select=["TA301"])
+    # THEN the step's 1.18x is spread over its two doublings, and the estimate for the next one is that share
+    step = found["evidence"]["last_step_speedup"]
+    assert found["evidence"]["previous_batch_size"] == 16 and step == pytest.approx(1.175, abs=0.001)
+    assert found["evidence"]["per_doubling_speedup"] == pytest.approx(step ** 0.5)
+    assert found["gain"]["speedup"] == pytest.approx(step ** 0.5) and found["fix"]["settings"] == {"batch_size": 128}
+    assert "from batch_size 16 to 64 (1.08x a doubling)" in found["message"]
+
+
 def test_near_memory_limit_on_cpu_uses_the_machine_memory():
     # GIVEN the cnn run on a machine whose memory is barely above the recommended peak (537 MiB)
     found = evaluate(with_memory(load("cnn"), 580 * 2**20), select=["TA302"])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from .. import snippets
 from ..fmt import fmt_bytes
 from .context import Context, Finding, Gain
@@ -30,8 +32,9 @@ def memory_headroom_unused(ctx: Context) -> Finding | None:
         Capacity: `budget.memory_budget_bytes` when the run had a memory budget, else on CUDA
         `environment.gpu.memory_total_bytes`, else `environment.memory_total_bytes`; silent when none is
         recorded. Peak: the largest `peak_memory_bytes` (on CUDA also `memory.cuda_max_reserved_bytes`) of the
-        recommended probes. The gain is estimated as the measured gain of the last batch doubling, labelled so:
-        returns usually diminish, so it is an upper guess.
+        recommended probes. The gain is estimated as the measured gain of the last step up the batch ladder per
+        doubling (its geometric share, where that step was larger), labelled so: returns usually diminish, so
+        it is an upper guess.
 
     Fix:
         Try `batch_size` twice as large (`tune-advisor analyze` with a larger `SEARCH["batch_size"]`), and scale
@@ -55,13 +58,22 @@ def memory_headroom_unused(ctx: Context) -> Finding | None:
     climb = ctx.gain(previous, subject)
     if not climb.significant:
         return None
+    # The measured step below the recommendation need not be one doubling (a recommendation whose other knobs
+    # changed may have only its ablation's batch beside it, 4x smaller): the estimate is the step's gain per
+    # doubling, its geometric share.
+    doublings = math.log2(batch / previous["batch_size"])
+    per_doubling = climb.median ** (1 / doublings)
+    step = "" if doublings == 1 else f" ({per_doubling:.2f}x a doubling)"
     message = (f"the recommended settings peak at {fmt_bytes(subject.peak_memory, digits=1)} of "
                f"{fmt_bytes(limit, digits=1)} "
                f"({subject.peak_memory / limit:.0%}) and throughput still rose {climb.text()} from batch_size "
-               f"{previous['batch_size']} to {batch}: larger batches fit and were not tried")
+               f"{previous['batch_size']} to {batch}{step}: larger batches fit and were not tried")
     evidence = {"peak_memory_bytes": subject.peak_memory, "capacity_bytes": limit, "capacity_source": source,
-                "batch_size": batch, "last_doubling_speedup": climb.median}
-    gain = Gain.estimated(climb.median, f"the next batch doubling gaining as much as the last ({climb.text()})")
+                "batch_size": batch, "previous_batch_size": previous["batch_size"],
+                "last_step_speedup": climb.median, "per_doubling_speedup": per_doubling}
+    basis = (f"the next batch doubling gaining as much as the last step did per doubling ({climb.text()} from "
+             f"{previous['batch_size']} to {batch})")
+    gain = Gain.estimated(per_doubling, basis)
     fix = {"batch_size": batch * 2}
     snippet = (snippets.dataloader({**subject.settings, **fix}, ctx.cuda) + "\n"
                + snippets.lr_scaling(batch, batch * 2))
