@@ -195,6 +195,22 @@ def test_memory_headroom_estimates_the_next_doubling_per_doubling_of_a_larger_st
     assert "from batch_size 16 to 64 (1.08x a doubling)" in found["message"]
 
 
+def test_a_peak_the_cuda_allocator_reserved_beyond_its_allocations_is_named_with_both_figures():
+    # GIVEN the cnn run where each probe of the recommended settings also records a reserved peak 10% above the
+    # allocated one (as on CUDA, where freed blocks stay reserved)
+    doc = with_memory(load("cnn"), 16 * GIB)
+    recommended = doc["recommended"]["settings"]
+    for probe in doc["probes"]:
+        if probe["settings"] == recommended:
+            probe.setdefault("memory", {})["cuda_max_reserved_bytes"] = int(probe["peak_memory_bytes"] * 1.1)
+    (found,) = evaluate(doc, select=["TA301"])
+    # THEN the finding gives the reserved peak it compares with the capacity, and the allocated one the cards show
+    assert "peak at 591.2 MiB reserved by the CUDA allocator (537.5 MiB allocated) of 16.0 GiB" in found["message"]
+    # and a run without reserved figures (CPU) states its one peak as before
+    (plain,) = evaluate(with_memory(load("cnn"), 16 * GIB), select=["TA301"])
+    assert "peak at 537.5 MiB of 16.0 GiB" in plain["message"]
+
+
 def test_near_memory_limit_on_cpu_uses_the_machine_memory():
     # GIVEN the cnn run on a machine whose memory is barely above the recommended peak (537 MiB)
     found = evaluate(with_memory(load("cnn"), 580 * 2**20), select=["TA302"])
