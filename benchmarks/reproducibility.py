@@ -7,13 +7,13 @@ alike). Prints per fixture:
   (a) inside: the share of re-measures of a run's baseline and recommended settings that fall inside the interval
       that run printed for those settings (results.json `figures`) — target >= 90% over all fixtures;
   (b) agree: whether the two runs chose the same settings, or settings whose figures lie in each other's interval;
-  (c) speedup ratio: the speedup each run reported over the speedup its re-measures show (median of the rounds'
-      ratios) — target within ±5% on every fixture. A run that kept the baseline reported 1.00x of the same
-      settings, exact by identity: its ratio is 1, and its rounds (the same settings in both probes) are printed
-      as an A/A figure, the floor of a re-measure. Beside it, the
-      re-measure's own 95% CI (Student's t over the rounds): a setting's throughput differs from one process to
-      the next (cnn at batch 128 + bf16 read 1,193–1,628 samples/s in six fresh probes, each steady within
-      itself), so a gap inside that CI is the re-measure's noise as much as the report's. "in CI": whether the
+  (c) speedup ratio: the speedup each run reported over the speedup its re-measures show (the centre of the
+      rounds' ratios, as a report's: stats.rounds_ratio_interval) — target within ±5% on every fixture. A run
+      that kept the baseline reported 1.00x of the same settings, exact by identity: its ratio is 1, and its
+      rounds (the same settings in both probes) are printed as an A/A figure, the floor of a re-measure. Beside
+      it, the re-measure's own 95% CI (Student's t over the rounds): a setting's throughput differs from one
+      process to the next (cnn at batch 128 + bf16 read 1,193–1,628 samples/s in six fresh probes, each steady
+      within itself), so a gap inside that CI is the re-measure's noise as much as the report's. "in CI": whether the
       re-measured speedup lies inside the 95% CI the run reported for its speedup. Where both runs chose the
       same settings, the agree line gives their two re-measures: how far apart two re-measures land.
 Prints the CPU model and flags first. Takes twice the time a plan takes to end (most end on their own within
@@ -70,11 +70,11 @@ def _precise(base_rates: list[float], rec_rates: list[float], precision: float) 
 
 
 def remeasured_speedup(base_rates: list[float], rec_rates: list[float]) -> tuple[float, float, float]:
-    """The median of the rounds' ratios and the 95% CI of their geometric mean (Student's t over the rounds)."""
+    """The centre of the rounds' ratios and the 95% CI of their geometric mean (Student's t over the rounds), the
+    estimator a report's speedup uses, so the two compare like with like."""
     if not base_rates:
         return (float("nan"),) * 3
-    median, low, high = stats.rounds_ratio_interval([r / b for b, r in zip(base_rates, rec_rates)])
-    return median, low, high
+    return stats.rounds_ratio_interval([r / b for b, r in zip(base_rates, rec_rates)])
 
 
 def inside(rate: float, figure: dict | None) -> bool:

@@ -96,13 +96,13 @@ def test_a_ratio_over_rounds_covers_the_truth_when_rounds_drift_where_resampled_
     assert covered_steps / trials < 0.6, covered_steps
 
 
-def test_a_ratio_over_rounds_keeps_its_floor_and_its_median():
+def test_a_ratio_over_rounds_keeps_its_floor_and_its_centre():
     from tune_advisor.analysis.stats import rounds_ratio_interval
 
     # GIVEN rounds that agree to the third digit: the steps' CI is the floor
     centre, low, high = rounds_ratio_interval([1.200, 1.201, 1.199], within=(1.15, 1.25))
     assert centre == pytest.approx(1.2, abs=1e-3) and (low, high) == (1.15, 1.25)
-    # GIVEN one round that went wrong: the median shrugs it off, the interval widens honestly
+    # GIVEN one round that went wrong: the centre shrugs it off, the interval widens honestly
     centre, low, high = rounds_ratio_interval([1.0, 1.0, 1.0, 1.3, 1.0])
     assert centre == pytest.approx(1.0) and low < 1.0 < high and high > 1.1
     # GIVEN one round: its steps' CI, or a pooled spread when other comparisons were repeated
@@ -110,6 +110,25 @@ def test_a_ratio_over_rounds_keeps_its_floor_and_its_median():
     _, low, high = rounds_ratio_interval([1.1], within=(1.09, 1.11), spread=(0.05, 4))
     assert low < 1.0 and high > 1.2  # t(4 df) x 5%: wider than the steps say
     assert all(np.isnan(rounds_ratio_interval([1.1])[1:]))
+
+
+def test_a_ratio_over_rounds_does_not_jump_between_two_clusters_of_rounds():
+    from tune_advisor.analysis.stats import hodges_lehmann, rounds_ratio_interval
+
+    # GIVEN rounds whose recommended side settled in one of two states per process (ratios near 1.30 or 1.55),
+    # split 8/8 in one run and 10/6 in the next
+    even = [1.30, 1.31, 1.29, 1.30, 1.32, 1.28, 1.30, 1.31] + [1.55, 1.56, 1.54, 1.55, 1.57, 1.53, 1.55, 1.56]
+    uneven = even[:8] + [1.29, 1.31] + even[8:14]
+    centre_even, low_even, high_even = rounds_ratio_interval(even)
+    centre_uneven, _, _ = rounds_ratio_interval(uneven)
+    # THEN the centre moves with the mix by a fraction of the gap, where a median would land on a cluster's edge
+    assert float(np.median(uneven)) < 1.32
+    assert abs(np.log(centre_uneven / centre_even)) < 0.25 * np.log(1.55 / 1.30)
+    assert 1.35 < centre_uneven < centre_even < 1.50 and low_even < centre_even < high_even
+    # AND the centre is the Hodges-Lehmann estimate of the log ratios: two values give their mean, one stray of
+    # five is shrugged off
+    assert hodges_lehmann([0.0, 1.0]) == 0.5 and hodges_lehmann([0.0, 0.0, 0.0, 0.0, 5.0]) == 0.0
+    assert np.isnan(hodges_lehmann([]))
 
 
 def test_a_drift_pooled_over_settings_has_all_their_degrees_of_freedom():

@@ -175,10 +175,11 @@ def ratio_interval(candidate: Sample, reference: Sample, metric: str, mode: str 
     """candidate/reference of `throughput` or `step_time` with a 95% CI.
 
     Interleaved: rounds are pairs measured together in lockstep (drift within a round hits both sides alike); the
-    ratio is the geometric mean of the rounds' ratios with Student's t over the rounds, never narrower than the CI
-    from the rounds' steps (resampled in the same blocks on both sides). Stored: the sides are resampled independently
-    and the CI is then widened by the larger round-to-round spread of the two sides (the allowance), because the
-    reference ran in another job under conditions this job cannot see.
+    ratio is the Hodges-Lehmann centre of the rounds' ratios with the CI of their geometric mean, Student's t over
+    the rounds (`stats.rounds_ratio_interval`), never narrower than the CI from the rounds' steps (resampled in the
+    same blocks on both sides). Stored: the sides are resampled independently and the CI is then widened by the
+    larger round-to-round spread of the two sides (the allowance), because the reference ran in another job under
+    conditions this job cannot see.
     """
     steps_only = metric == "step_time"
     n_boot = n_boot or BOOTSTRAP_RESAMPLES

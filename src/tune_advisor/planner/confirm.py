@@ -82,8 +82,9 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
     when the baseline stays recommended (the note says what the confirmation measured: a speedup beside unchanged
     settings would be one the report does not recommend).
 
-    The speedup is the median of the rounds' ratios, with the 95% CI of their geometric mean from Student's t over
-    the rounds (`stats.rounds_ratio_interval`, widened to hold the median), so it covers the drift between rounds.
+    The speedup is the Hodges-Lehmann centre of the rounds' ratios, with the 95% CI of their geometric mean from
+    Student's t over the rounds (`stats.rounds_ratio_interval`, widened to hold the centre), so it covers the drift
+    between rounds.
     The winner stays recommended only if that CI shows a gain beyond the noise too. A round that fails (the budget ran out in it, say) leaves the rounds
     before it to decide, with a note.
     """
@@ -120,9 +121,9 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
                 "high)" if timed else "measured together in lockstep, step by step")
     rounds_text = f"{len(finished)} round{'s' if len(finished) != 1 else ''}"
     if len(finished) >= 2 or (spread and spread[1]):
-        interval = (f"the median of the {rounds_text}' ratios; 95% CI of their geometric mean, Student's t over the "
-                    "rounds (the drift between rounds counts), widened to hold the median and at least as wide as "
-                    "the CI from their steps")
+        interval = (f"the Hodges-Lehmann centre of the {rounds_text}' ratios (the median of their pairwise geometric "
+                    "means); 95% CI of their geometric mean, Student's t over the rounds (the drift between rounds "
+                    "counts), widened to hold the centre and at least as wide as the CI from their steps")
     else:
         interval = "95% bootstrap CI of the ratio over one round's steps: within one window"
     speedup = {"median": median, "ci_low": low, "ci_high": high,
