@@ -29,6 +29,8 @@ class FakeBackend:
 
     `moment(settings, role)` models the machine's speed states: the factor a probe run on its own is slowed by
     (1.0: none). Two probes measured together in lockstep (`pair`) share every moment, so it cancels between them.
+    `order(settings, first)` is the factor a side of a lockstep pair is slowed by as the side that moves first
+    (True) or second (False): an effect of the protocol that alternating the first mover does not cancel.
 
     `clock` (a FakeClock), when given, advances by each probe's wall time. `can_pair`, `pair_memory_bytes` and
     `width` are the backend's as the Session sees them; `many` hands its results back in reverse order, as a pool
@@ -37,9 +39,11 @@ class FakeBackend:
     def __init__(self, rate: Callable[[dict[str, Any]], float | Status | dict], steps: int = 30,
                  wall_s: float = 5.0, jitter: float = 0.02,
                  moment: Callable[[dict[str, Any], str], float] | None = None, *, clock: FakeClock | None = None,
-                 can_pair: bool = True, pair_memory_bytes: int | None = None, width: int = 1):
+                 can_pair: bool = True, pair_memory_bytes: int | None = None, width: int = 1,
+                 order: Callable[[dict[str, Any], bool], float] | None = None):
         self.rate, self.steps, self.wall_s, self.jitter = rate, steps, wall_s, jitter
         self.moment = moment or (lambda settings, role: 1.0)
+        self.order = order or (lambda settings, first: 1.0)
         self.clock, self.can_pair, self.pair_memory_bytes, self.width = clock, can_pair, pair_memory_bytes, width
         self.calls: list[dict[str, Any]] = []
         self.specs: list[ProbeSpec] = []  # every spec run, in order
@@ -58,7 +62,8 @@ class FakeBackend:
         if not self.can_pair:
             raise NotImplementedError("this fake backend does not pair")
         self.pairs.append((specs[0].id, specs[1].id))
-        results = [self._measure(s, role, slowdown=1.0) for s, role in zip(specs, roles)]
+        results = [self._measure(s, role, slowdown=1.0 / self.order(s.settings, side == first))
+                   for side, (s, role) in enumerate(zip(specs, roles))]
         failed = next((r for r in results if not r.ok), None)
         for side, result in enumerate(results):
             partner = results[1 - side]

@@ -1490,6 +1490,44 @@ def test_a_confirmation_in_timed_turns_rests_its_interval_on_its_own_rounds_not_
     assert speedup["ci_high"] / speedup["ci_low"] > 1.5
 
 
+def test_rounds_that_split_by_who_went_first_widen_the_interval_to_hold_both_and_say_so():
+    from tune_advisor.planner.confirm import FIRST_MOVER_MIN_ROUNDS, confirm, first_mover_split
+
+    def confirm_with(second_mover_slowdown):
+        # GIVEN a winner 1.5x faster at batch 256 (timed turns), which reads `second_mover_slowdown` slower in the
+        # rounds where the baseline moves first (lstm_collate's bf16 recommendation: 866 against 745 sequences/s)
+        clock = FakeClock()
+        backend = FakeBackend(lambda s: 1000.0 * (1.5 if s["batch_size"] > 16 else 1.0), clock=clock, can_pair=True,
+                              jitter=0.01, order=lambda s, first: second_mover_slowdown
+                              if s["batch_size"] > 16 and not first else 1.0)
+        session = Session(backend, 600.0, clock=clock)
+        base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
+        winner = session.run({**base.settings, "batch_size": 256}, "knob:batch_size")
+        notes = []
+        _, speedup = confirm(session, base, winner, notes)
+        rounds = sum(p.role == "confirm:recommended" for p in session.probes)
+        return speedup, notes, rounds
+
+    # WHEN the winner moving second reads 1.16x slow
+    speedup, notes, rounds = confirm_with(1.16)
+    assert rounds >= 2 * FIRST_MOVER_MIN_ROUNDS
+    # THEN the interval holds both halves' centres (1.5x and 1.29x), and a note and the interval's label say why
+    assert speedup["ci_low"] <= 1.5 / 1.16 * 1.01 and speedup["ci_high"] >= 1.5 * 0.99
+    assert "split by who went first" in speedup["interval"]
+    (note,) = [n for n in notes if "split by who went first" in n]
+    assert "1.50x in the" in note and "1.29x in the" in note
+    # WHEN going first or second makes no difference: no split, no note
+    speedup, notes, _ = confirm_with(1.0)
+    assert "split" not in speedup["interval"] and not any("split" in n for n in notes)
+    assert speedup["ci_high"] / speedup["ci_low"] < 1.1
+    # AND the split needs enough rounds on each side, none overlapping
+    assert first_mover_split([1.3, 1.5] * (FIRST_MOVER_MIN_ROUNDS - 1)) is None
+    assert first_mover_split([1.3, 1.5, 1.3, 1.5, 1.3, 1.5, 1.3, 1.5, 1.52, 1.29]) is None
+    ((base_first, n_base), (rec_first, n_rec)) = first_mover_split([1.3, 1.5] * FIRST_MOVER_MIN_ROUNDS)
+    assert (n_base, n_rec) == (FIRST_MOVER_MIN_ROUNDS,) * 2 and base_first == pytest.approx(1.3)
+    assert rec_first == pytest.approx(1.5)
+
+
 def test_a_loader_change_is_confirmed_in_turn_without_blaming_the_step_times():
     from tune_advisor.planner.confirm import confirm
 
