@@ -193,6 +193,11 @@ def test_memory_headroom_estimates_the_next_doubling_per_doubling_of_a_larger_st
     assert found["evidence"]["per_doubling_speedup"] == pytest.approx(step ** 0.5)
     assert found["gain"]["speedup"] == pytest.approx(step ** 0.5) and found["fix"]["settings"] == {"batch_size": 128}
     assert "from batch_size 16 to 64 (1.08x a doubling)" in found["message"]
+    # WHEN the step below is smaller than a doubling (48 to 64): its own gain, not stretched to a doubling
+    below["settings"]["batch_size"] = 48
+    (found,) = evaluate(doc, select=["TA301"])
+    assert found["gain"]["speedup"] == pytest.approx(found["evidence"]["last_step_speedup"])
+    assert "a doubling)" not in found["message"]
 
 
 def test_a_peak_the_cuda_allocator_reserved_beyond_its_allocations_is_named_with_both_figures():

@@ -136,8 +136,7 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
                     "counts), widened to hold the centre and at least as wide as the CI from their steps")
     else:
         interval = "95% bootstrap CI of the ratio over one round's steps: within one window"
-    split = first_mover_split([window_rate(b) / window_rate(a) if (a.ok and b.ok and a.measured and b.measured)
-                               else None for a, b in rounds])
+    split = first_mover_split([window_rate(b) / window_rate(a) if (a, b) in finished else None for a, b in rounds])
     if split is not None:
         (base_first, n_base), (rec_first, n_rec) = split
         low, high = min(low, base_first, rec_first), max(high, base_first, rec_first)

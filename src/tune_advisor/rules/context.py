@@ -94,6 +94,11 @@ class Config:
                  for p in self.probes]
         return max(peaks) or None
 
+    @property
+    def allocated_peak(self) -> int | None:
+        """Largest allocated peak of the pooled probes (`peak_memory_bytes`: the figure the report's cards show)."""
+        return max((p.get("peak_memory_bytes") or 0) for p in self.probes) or None
+
 
 @dataclass
 class Gain:

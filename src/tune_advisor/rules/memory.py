@@ -59,9 +59,10 @@ def memory_headroom_unused(ctx: Context) -> Finding | None:
     if not climb.significant:
         return None
     # The measured step below the recommendation need not be one doubling (a recommendation whose other knobs
-    # changed may have only its ablation's batch beside it, 4x smaller): the estimate is the step's gain per
-    # doubling, its geometric share.
-    doublings = math.log2(batch / previous["batch_size"])
+    # changed may have only its ablation's batch beside it, 4x smaller): the estimate is a larger step's gain per
+    # doubling, its geometric share. A step smaller than a doubling keeps its own gain: stretching it to a doubling
+    # would extrapolate upwards.
+    doublings = max(1.0, math.log2(batch / previous["batch_size"]))
     per_doubling = climb.median ** (1 / doublings)
     step = "" if doublings == 1 else f" ({per_doubling:.2f}x a doubling)"
     message = (f"the recommended settings peak at {_peak_text(subject)} of {fmt_bytes(limit, digits=1)} "
@@ -83,9 +84,9 @@ def _peak_text(subject) -> str:
     """A peak as a finding states it. The report's cards and tables show a probe's allocated peak; where the CUDA
     allocator reserved more (the figure that counts against the GPU's memory), the finding names both, so one
     setting does not read at two unexplained peaks (an H200 cnn: a card's 409.75 MiB beside TA301's 458.0)."""
-    allocated = max((p.get("peak_memory_bytes") or 0) for p in subject.probes)
+    allocated = subject.allocated_peak
     text = fmt_bytes(subject.peak_memory, digits=1)
-    if subject.peak_memory > allocated > 0:
+    if allocated and subject.peak_memory > allocated:
         text += f" reserved by the CUDA allocator ({fmt_bytes(allocated, digits=1)} allocated)"
     return text
 
