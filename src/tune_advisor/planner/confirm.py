@@ -93,10 +93,10 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
     settings would be one the report does not recommend).
 
     The speedup is the Hodges-Lehmann centre of the rounds' ratios, with the 95% CI of their geometric mean from
-    Student's t over the rounds (`stats.rounds_ratio_interval`, widened to hold the centre), so it covers the drift
-    between rounds.
-    The winner stays recommended only if that CI shows a gain beyond the noise too. A round that fails (the budget ran out in it, say) leaves the rounds
-    before it to decide, with a note.
+    Student's t over the rounds (`stats.rounds_ratio_interval`, widened to hold the centre, and to hold both halves'
+    centres where the rounds split by who went first: `first_mover_split`), so it covers the drift between rounds.
+    The winner stays recommended only if that CI shows a gain beyond the noise too. A round that fails (the budget
+    ran out in it, say) leaves the rounds before it to decide, with a note.
     """
     rounds = []
     started = session.elapsed()
