@@ -70,6 +70,7 @@ class FakeBackend:
             stopped = f"{failed.id} ended" if failed else "measured"
             result.extra["lockstep"] = {"first": side == first, "stopped": stopped, "partner": partner.id}
             if failed is not None and result.ok:
+                result.extra["lockstep"]["partner_status"] = partner.status.value
                 result.status, result.raw = Status.STOPPED, {k: [] for k in result.raw}
                 result.error = f"stopped: its lockstep partner {partner.id} ended ({partner.status.value})"
         for result in results:

@@ -133,6 +133,29 @@ def test_interleaved_mode_measures_the_ref_first_in_the_same_call(fake, tmp_path
     assert result.exit_code == 1 and "dropped 3" in result.failures[0]
 
 
+def test_a_candidate_that_fails_beside_its_reference_is_a_regression_not_a_broken_reference(fake, tmp_path,
+                                                                                             monkeypatch):
+    # GIVEN the working tree now runs out of memory, measured in lockstep beside the ref's version, which
+    # probe/lockstep.py then stops (its partner ended)
+    monkeypatch.setattr(run_mod, "workload_at_ref", lambda path, ref, dest: Path("ref/w.py"))
+    fake.status = Status.OOM
+    measure = run_mod.measure
+
+    def in_lockstep(sides, rounds, **kwargs):
+        measured = measure(sides, rounds, **kwargs)
+        for ref, cand in zip(measured["reference"], measured["candidate"]):
+            ref.status, ref.error = Status.STOPPED, f"stopped: its lockstep partner {cand.id} ended (oom)"
+            ref.extra["lockstep"] = {"partner": cand.id, "partner_status": cand.status.value}
+        return measured
+
+    monkeypatch.setattr(run_mod, "measure", in_lockstep)
+    # WHEN the gate runs against the ref
+    result = run_mod.run_gate("w.py", against="main", checks=["throughput:10%"])
+    # THEN it fails as a regression naming the candidate's round, not as a reference that does not run
+    assert result.exit_code == 1
+    assert all("round 1 ended oom: fake failure" in line for line in result.failures)
+
+
 def test_a_noisy_baseline_is_flagged_as_unable_to_see_small_changes(fake, tmp_path):
     # GIVEN baseline rounds that scatter ±10%
     probes = [fake_probe("baseline", i, rate) for i, rate in enumerate((900.0, 1000.0, 1100.0))]

@@ -1087,6 +1087,28 @@ def test_the_ablation_drops_a_knob_below_the_minimum_gain_and_records_each_contr
     assert outcome.plan_summary()["ablation"] == outcome.ablation
 
 
+def test_an_ablation_pair_whose_side_without_the_knob_crashes_names_that_probe_not_its_stopped_partner():
+    # GIVEN the grid's winner bf16 + fused, and bf16 without fused crashing after its first (the grid's) probe
+    calls = {"without": 0}
+
+    def rate(s):
+        if s["amp"] == "bf16" and s["optimizer_impl"] == "default":
+            calls["without"] += 1
+            if calls["without"] > 1:
+                return Status.CRASHED
+        return 1000.0 * (1.25 if s["amp"] == "bf16" else 1.0) * (1.1 if s["optimizer_impl"] == "fused" else 1.0)
+
+    fused = WorkloadFacts(dataset_len=10_000, optimizer_class="AdamW", optimizer_impls=("foreach", "fused"))
+    outcome, _ = run_plan(rate, workload=fused, search={"amp": ["off", "bf16"], "optimizer_impl": [
+        "default", "fused"]}, device=CPU_AMP_ONLY, lockstep=True, strategy="grid", jitter=0.002)
+    # WHEN the ablation pairs the winner with it in lockstep (the winner is stopped with its partner)
+    record = next(a for a in outcome.ablation if a["knob"] == "optimizer_impl")
+    without = next(p for p in outcome.probes if p.id == record["probes"][1])
+    # THEN the knob stays, and the record names the probe that crashed
+    assert without.status is Status.CRASHED and record["kept"]
+    assert record["why"] == f"not measured: {without.id} crashed"
+
+
 def test_a_settings_figure_covers_its_runs_and_says_what_kind_of_interval_it_is():
     backend = FakeBackend(lambda s: 1000.0, jitter=0.05)
     session = Session(backend, clock=FakeClock())
@@ -1320,6 +1342,34 @@ def test_a_rejected_confirmation_keeps_the_baseline_and_states_no_speedup():
     # would contradict it), and the note says what the confirmation measured
     assert recommended is base and speedup is None
     assert any(n.startswith("the confirmation measured") and "amp=bf16" in n for n in notes)
+
+
+@pytest.mark.parametrize("lockstep", [False, True])
+def test_a_confirmation_with_one_finished_round_states_that_rounds_figure_and_names_the_failure(lockstep):
+    from tune_advisor.planner.confirm import confirm
+
+    # GIVEN a winner 1.5x the baseline whose second confirmation round crashes (the first finished)
+    calls = {"winner": 0}
+
+    def rate(s):
+        if s["amp"] != "bf16":
+            return 1000.0
+        calls["winner"] += 1
+        return Status.CRASHED if calls["winner"] == 3 else 1500.0  # its search probe, round 1, round 2
+
+    clock = FakeClock()
+    session = Session(FakeBackend(rate, clock=clock, can_pair=lockstep), None, clock=clock)
+    base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
+    winner = session.run({**base.settings, "amp": "bf16"}, "knob:amp")
+    notes: list[str] = []
+    # WHEN it is confirmed
+    recommended, speedup = confirm(session, base, winner, notes)
+    # THEN the one round that finished makes the figure, its interval says it is within one window (or rests on
+    # the run's pooled lockstep spread), and a note names the failed probe
+    assert recommended is winner and "1 round" in speedup["method"]
+    assert 1.4 < speedup["median"] < 1.6 and speedup["ci_low"] <= speedup["median"] <= speedup["ci_high"]
+    assert "within one window" in speedup["interval"]
+    assert any("failed (crashed" in n and "the 1 round that finished" in n for n in notes), notes
 
 
 def test_a_confirmation_whose_rounds_disagree_runs_more_of_them_while_the_budget_allows():

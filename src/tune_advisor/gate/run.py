@@ -141,7 +141,8 @@ def run_gate(path: str | Path, *, baseline: str | Path | None = None, against: s
         warnings.append(f"the baseline was measured with other settings ("
                         f"{knobs.describe(knobs.full_settings(stored.settings), chosen)} there vs "
                         f"{knobs.describe(chosen, knobs.full_settings(stored.settings))} here)")
-    failed_ref = [p for p in measured.get("reference", []) if not p.ok]
+    # a reference stopped because the candidate beside it failed is the candidate's failure, judged below
+    failed_ref = [p for p in measured.get("reference", []) if not p.ok and not p.stopped_by_partner]
     if failed_ref:
         raise WorkloadError(f"{path} at {against}", f"the reference probe ended {failed_ref[0].status.value}: "
                                                     f"{failed_ref[0].error}", "the gate needs a reference that runs")

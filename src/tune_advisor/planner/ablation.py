@@ -48,7 +48,7 @@ def ablate(session, base: ProbeResult, winner: ProbeResult,
             a, b = session.duel(current, seen or reduced, (ROLE + "with", ROLE + name))
             record["probes"] = [a.id, b.id]
             if not (a.ok and b.ok):
-                failed = a if not a.ok else b
+                failed = a if not a.ok and not a.stopped_by_partner else b
                 record.update(kept=True, why=f"not measured: {failed.id} {failed.status.value}")
                 continue
             # the keep rule, as for any change: from the pair just measured, with more duels while inconclusive

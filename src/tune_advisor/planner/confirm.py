@@ -115,7 +115,7 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
         rounds.append((a, b))
         if not (a.ok and b.ok):
             break
-    failed = next((r for pair in rounds for r in pair if not r.ok), None)
+    failed = min((r for pair in rounds for r in pair if not r.ok), default=None, key=lambda r: r.stopped_by_partner)
     finished = [(a, b) for a, b in rounds if a.ok and b.ok and a.measured and b.measured]
     if failed is not None:
         keeps = (f"the speedup comes from the {len(finished)} round{'s' if len(finished) != 1 else ''} that "
@@ -130,6 +130,7 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
                 f"{step_ratio(base, winner):.1f}x as long as the other's: a step a turn would read the longer steps "
                 "high)" if timed else "measured together in lockstep, step by step")
     rounds_text = f"{len(finished)} round{'s' if len(finished) != 1 else ''}"
+    spread = _pooled_spread(session, finished, timed)
     if len(finished) >= 2 or (spread and spread[1]):
         interval = (f"the Hodges-Lehmann centre of the {rounds_text}' ratios (the median of their pairwise geometric "
                     "means); 95% CI of their geometric mean, Student's t over the rounds (the drift between rounds "
@@ -214,12 +215,16 @@ def speedup_interval(session, rounds: list[tuple[ProbeResult, ProbeResult]], bas
     """The speedup (centre, low, high) that finished `rounds` make, as the report states it: the rounds' ratios
     (`stats.rounds_ratio_interval`), floored by the CI from their steps."""
     _, within_low, within_high = pair_ratio(rounds, waves=(base.wave, winner.wave))
-    lockstep = all("lockstep" in r.extra for pair in rounds for r in pair)
-    # Step-by-step pairs share the run's spread; pairs in timed turns spread as fresh processes do (see
-    # CONFIRM_MAX_ROUNDS_IN_TURN), so their CI rests on their own rounds
-    spread = session.lockstep_drift() if lockstep and not timed else None
     return stats.rounds_ratio_interval([window_rate(b) / window_rate(a) for a, b in rounds],
-                                       within=(within_low, within_high), spread=spread)
+                                       within=(within_low, within_high), spread=_pooled_spread(session, rounds, timed))
+
+
+def _pooled_spread(session, rounds: list[tuple[ProbeResult, ProbeResult]], timed: bool) -> tuple[float, int] | None:
+    """The run's pooled round-to-round spread (`Session.lockstep_drift`) where `rounds` are step-by-step lockstep
+    pairs, else None: pairs in timed turns spread as fresh processes do (see CONFIRM_MAX_ROUNDS_IN_TURN), and rounds
+    in turn share no moments, so their CI rests on their own rounds."""
+    lockstep = all("lockstep" in r.extra for pair in rounds for r in pair)
+    return session.lockstep_drift() if lockstep and not timed else None
 
 
 def _precise(session, rounds: list[tuple[ProbeResult, ProbeResult]], base: ProbeResult, winner: ProbeResult,

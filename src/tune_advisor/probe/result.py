@@ -45,6 +45,12 @@ class ProbeResult:
         return self.status is Status.OK
 
     @property
+    def stopped_by_partner(self) -> bool:
+        """Whether it was stopped because its lockstep partner ended (probe/lockstep.py): half a comparison, not
+        a failure of its own settings; the partner holds the cause."""
+        return self.status is Status.STOPPED and "partner_status" in self.extra.get("lockstep", {})
+
+    @property
     def measured(self) -> bool:
         """Whether it has a measured window to read figures from."""
         return bool(self.step_s) and sum(self.step_s) > 0
