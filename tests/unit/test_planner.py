@@ -1437,14 +1437,15 @@ def test_a_confirmation_whose_rounds_agree_stops_at_three():
 
 
 def test_a_precise_confirmation_goes_on_until_its_rounds_span_a_share_of_the_budget():
-    from tune_advisor.planner.confirm import CONFIRM_ROUNDS, CONFIRM_SPAN_SHARE, confirm
+    from tune_advisor.planner.confirm import (CONFIRM_MAX_ROUNDS, CONFIRM_MAX_ROUNDS_IN_TURN, CONFIRM_ROUNDS,
+                                              CONFIRM_SPAN_SHARE, confirm)
 
-    def confirm_span(budget_s, spent=0.0):
-        # GIVEN a winner 1.5x the baseline whose rounds (in turn) agree within 1%, a probe taking 5 s on the fake
-        # clock
+    def confirm_span(budget_s, spent=0.0, lockstep=False, gain=1.5):
+        # GIVEN a winner `gain` x the baseline whose rounds (in turn, or in lockstep step by step) agree within 1%,
+        # a probe taking 5 s on the fake clock
         clock = FakeClock()
-        backend = FakeBackend(lambda s: 1500.0 if s["amp"] == "bf16" else 1000.0, jitter=0.01, clock=clock,
-                              can_pair=False)
+        backend = FakeBackend(lambda s: 1000.0 * gain if s["amp"] == "bf16" else 1000.0, jitter=0.01, clock=clock,
+                              can_pair=lockstep)
         session = Session(backend, budget_s, clock=clock)
         base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
         winner = session.run({**base.settings, "amp": "bf16"}, "knob:amp")
@@ -1455,7 +1456,12 @@ def test_a_precise_confirmation_goes_on_until_its_rounds_span_a_share_of_the_bud
             spans.append(clock.now - started)
             return run(spec, role)
 
-        backend.run = timed
+        def timed_pair(specs, roles, first):  # each side's start: both at once
+            spans.extend([clock.now - started] * 2)
+            return pair(specs, roles, first)
+
+        pair = backend.pair
+        backend.run, backend.pair = timed, timed_pair
         _, speedup = confirm(session, base, winner, [])
         rounds = sum(p.role == "confirm:recommended" for p in session.probes)
         return rounds, spans[2 * rounds - 1], speedup, session.elapsed()  # when the last round's 2nd probe began
@@ -1472,6 +1478,14 @@ def test_a_precise_confirmation_goes_on_until_its_rounds_span_a_share_of_the_bud
     # where the budget itself would be passed, not in the grace kept for the probes' own variance
     rounds, span, _, elapsed = confirm_span(300.0, spent=240.0)
     assert rounds == 4 and span < CONFIRM_SPAN_SHARE * 300.0 and elapsed <= 300.0
+    # WHEN the rounds are lockstep pairs step by step (steps 1.3x apart): past CONFIRM_MAX_ROUNDS too, until they
+    # span the share (a lstm_collate run stopped at 8 such rounds in seconds and ended at 61 s of 600, its figure
+    # 11% under the re-measure's minutes later), up to CONFIRM_MAX_ROUNDS_IN_TURN
+    rounds, span, speedup, _ = confirm_span(600.0, lockstep=True, gain=1.3)
+    assert CONFIRM_MAX_ROUNDS < rounds <= CONFIRM_MAX_ROUNDS_IN_TURN and "step by step" in speedup["method"]
+    assert span < CONFIRM_SPAN_SHARE * 600.0 <= span + 2 * 5.0
+    # AND without a budget, precise rounds stop at the least, as rounds in turn do
+    assert confirm_span(None, lockstep=True, gain=1.3)[0] == CONFIRM_ROUNDS
 
 
 def test_a_winner_whose_steps_are_far_longer_is_confirmed_in_lockstep_with_half_second_turns():

@@ -70,6 +70,9 @@ CONFIRM_GRACE = 0.05
 # 2026-11-27; docs/planner.md). Both plans had ended with most of the budget unused. So rounds count as precise
 # only once they span this share of --budget (at the default 10 min: 2 min), while the budget allows them and up
 # to the caps above: a headline resting on rounds spread over minutes sees the moods its re-measure will meet.
+# Step-by-step lockstep rounds pass CONFIRM_MAX_ROUNDS for this too, up to CONFIRM_MAX_ROUNDS_IN_TURN (never in
+# the grace): a lstm_collate confirmation (batch 32 + bf16, AMD EPYC, 2026-11-27) stopped at 8 such rounds within
+# seconds at 1.27x [1.26, 1.29], the run ending at 61 s of 600, and its re-measure minutes later read 1.43x.
 CONFIRM_SPAN_SHARE = 0.2
 # The first mover alternates so that an advantage of going first hits both sides alike; it need not be symmetric.
 # On an AMD EPYC (2 cores, 2026-11-27) a lstm_collate confirmation in timed turns read the bf16 recommendation at
@@ -86,7 +89,8 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
     """Measure baseline and winner together in lockstep rounds (CONFIRM_MIN_ROUNDS, then up to CONFIRM_ROUNDS
     while the budget allows, and on up to CONFIRM_MAX_ROUNDS (rounds in turn: at least CONFIRM_MIN_ROUNDS_IN_TURN,
     at most CONFIRM_MAX_ROUNDS_IN_TURN, each side's window capped; in timed turns: up to that too) while the
-    speedup's CI is wider than ±CONFIRM_PRECISION or the rounds span less than CONFIRM_SPAN_SHARE of the budget;
+    speedup's CI is wider than ±CONFIRM_PRECISION or the rounds span less than CONFIRM_SPAN_SHARE of the budget
+    (step by step, up to CONFIRM_MAX_ROUNDS_IN_TURN for that span, within the budget);
     the first mover alternates): drift hits both alike. Then
     each once more alone, for the figures the report prints. Returns (recommended, speedup); the speedup is None
     when the baseline stays recommended (the note says what the confirmation measured: a speedup beside unchanged
@@ -103,7 +107,8 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
     turn, timed = _kind(session, base, winner)
     least = CONFIRM_MIN_ROUNDS_IN_TURN if turn else CONFIRM_MIN_ROUNDS
     for i in range(CONFIRM_MAX_ROUNDS_IN_TURN):
-        if i >= CONFIRM_MAX_ROUNDS and not timed and all("lockstep" in r.extra for pair in rounds for r in pair):
+        if i >= CONFIRM_MAX_ROUNDS and not timed and all("lockstep" in r.extra for pair in rounds for r in pair) and (
+                _spanned(session, started) or not _affords_round(session, base, winner, turn, grace=False)):
             break
         if i >= least and not _affords_round(session, base, winner, turn):
             break
