@@ -121,7 +121,7 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
         if not (a.ok and b.ok):
             break
     failed = min((r for pair in rounds for r in pair if not r.ok), default=None, key=lambda r: r.stopped_by_partner)
-    finished = [(a, b) for a, b in rounds if a.ok and b.ok and a.measured and b.measured]
+    finished = _finished(rounds)
     if failed is not None:
         keeps = (f"the speedup comes from the {len(finished)} round{'s' if len(finished) != 1 else ''} that "
                  "finished" if finished else "keeping the baseline")
@@ -129,7 +129,7 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
         if not finished:
             return base, None
     lockstep = all("lockstep" in r.extra for pair in finished for r in pair)
-    median, low, high = speedup_interval(session, finished, base, winner, timed)
+    median, low, high = speedup_interval(session, rounds, base, winner, timed)
     how = ("measured one after the other, in alternating order" if not lockstep
            else f"measured together in lockstep, in turns of about {CONFIRM_TURN_S:g} s each (one's steps take "
                 f"{step_ratio(base, winner):.1f}x as long as the other's: a step a turn would read the longer steps "
@@ -142,10 +142,9 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
                     "counts), widened to hold the centre and at least as wide as the CI from their steps")
     else:
         interval = "95% bootstrap CI of the ratio over one round's steps: within one window"
-    split = first_mover_split([window_rate(b) / window_rate(a) if (a, b) in finished else None for a, b in rounds])
+    split = _split(rounds)
     if split is not None:
         (base_first, n_base), (rec_first, n_rec) = split
-        low, high = min(low, base_first, rec_first), max(high, base_first, rec_first)
         interval += "; widened to hold the centres of both halves: the rounds split by who went first"
         notes.append(f"the confirmation's rounds split by who went first: {rec_first:.2f}x in the {n_rec} where the "
                      f"recommendation went first, {base_first:.2f}x in the {n_base} where the baseline did, none "
@@ -217,11 +216,30 @@ def _round_s(base: ProbeResult, winner: ProbeResult, turn: bool) -> float:
 
 def speedup_interval(session, rounds: list[tuple[ProbeResult, ProbeResult]], base: ProbeResult,
                      winner: ProbeResult, timed: bool) -> tuple[float, float, float]:
-    """The speedup (centre, low, high) that finished `rounds` make, as the report states it: the rounds' ratios
-    (`stats.rounds_ratio_interval`), floored by the CI from their steps."""
-    _, within_low, within_high = pair_ratio(rounds, waves=(base.wave, winner.wave))
-    return stats.rounds_ratio_interval([window_rate(b) / window_rate(a) for a, b in rounds],
-                                       within=(within_low, within_high), spread=_pooled_spread(session, rounds, timed))
+    """The speedup (centre, low, high) that the finished ones of `rounds` (in round order) make, as the report
+    states it: the rounds' ratios (`stats.rounds_ratio_interval`), floored by the CI from their steps, widened to
+    hold both halves' centres where the rounds split by who went first (`first_mover_split`)."""
+    finished = _finished(rounds)
+    _, within_low, within_high = pair_ratio(finished, waves=(base.wave, winner.wave))
+    centre, low, high = stats.rounds_ratio_interval([window_rate(b) / window_rate(a) for a, b in finished],
+                                                    within=(within_low, within_high),
+                                                    spread=_pooled_spread(session, finished, timed))
+    split = _split(rounds)
+    if split is not None:
+        (base_first, _), (rec_first, _) = split
+        low, high = min(low, base_first, rec_first), max(high, base_first, rec_first)
+    return centre, low, high
+
+
+def _finished(rounds: list[tuple[ProbeResult, ProbeResult]]) -> list[tuple[ProbeResult, ProbeResult]]:
+    """The rounds whose two sides both measured a window."""
+    return [(a, b) for a, b in rounds if a.ok and b.ok and a.measured and b.measured]
+
+
+def _split(rounds: list[tuple[ProbeResult, ProbeResult]]) -> tuple[tuple[float, int], tuple[float, int]] | None:
+    """`first_mover_split` of the rounds' ratios (round i: the baseline first when i is even)."""
+    finished = _finished(rounds)
+    return first_mover_split([window_rate(b) / window_rate(a) if (a, b) in finished else None for a, b in rounds])
 
 
 def _pooled_spread(session, rounds: list[tuple[ProbeResult, ProbeResult]], timed: bool) -> tuple[float, int] | None:
@@ -236,9 +254,9 @@ def _precise(session, rounds: list[tuple[ProbeResult, ProbeResult]], base: Probe
              timed: bool) -> bool:
     """Whether the speedup the report would state is known to ±CONFIRM_PRECISION around its centre. The very
     interval it states (`speedup_interval`), floor and all: judged on the rounds' ratios alone, an augment_cpu
-    confirmation stopped after 8 rounds in turn as precise and stated 1.66x [1.56, 1.74], -6% +5%."""
-    finished = [(a, b) for a, b in rounds if a.ok and b.ok and a.measured and b.measured]
-    centre, low, high = speedup_interval(session, finished, base, winner, timed)
+    confirmation stopped after 8 rounds in turn as precise and stated 1.66x [1.56, 1.74], -6% +5%. Rounds split by
+    who went first are as precise as the interval widened to hold both halves."""
+    centre, low, high = speedup_interval(session, rounds, base, winner, timed)
     return high / centre - 1 <= CONFIRM_PRECISION and 1 - low / centre <= CONFIRM_PRECISION
 
 
