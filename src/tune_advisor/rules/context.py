@@ -12,6 +12,7 @@ from typing import Any, Iterable
 
 from .. import knobs
 from ..analysis import parity, stats
+from ..collectors.cuda_memory import footprint
 from ..planner.keep import MIN_GAIN as SIGNIFICANT_GAIN  # the planner's bar: rules judge gains the same way
 
 
@@ -90,9 +91,8 @@ class Config:
     @property
     def peak_memory(self) -> int | None:
         """Largest peak of the pooled probes; on CUDA the allocator's reserved peak when it is larger."""
-        peaks = [max(p.get("peak_memory_bytes") or 0, (p.get("memory") or {}).get("cuda_max_reserved_bytes") or 0)
-                 for p in self.probes]
-        return max(peaks) or None
+        peaks = (footprint(p.get("peak_memory_bytes"), p.get("memory") or {}) for p in self.probes)
+        return max(peaks, default=0) or None
 
     @property
     def allocated_peak(self) -> int | None:
