@@ -95,3 +95,33 @@ def test_the_consistency_check_flags_figures_that_disagree_with_the_speedup():
     assert len(found) == 1 and "the figures read 0.93x" in found[0] and "the speedup reads 1.08x" in found[0]
     # AND the figures on one level agree with it
     assert contradictions({**document, "figures": figures.of_document(document)}) == []
+
+
+def cnn_like(rec_rates: list[float]) -> list[ProbeResult]:
+    """Confirmation rounds in lockstep (the baseline steady near 390 samples/s, the recommendation at
+    `rec_rates`), then each alone once."""
+    probes = []
+    for i, rate in enumerate(rec_rates):
+        a, b = f"p{2 * i + 1:03d}", f"p{2 * i + 2:03d}"
+        probes += [run(a, BASE, 390.0 * (1 + 0.01 * (i % 3 - 1)), b), run(b, REC, rate, a)]
+    return probes + [run("p100", REC, 850.0), run("p101", BASE, 395.0)]
+
+
+def test_a_setting_whose_own_runs_spread_wider_than_the_pool_gets_its_own_spread():
+    # GIVEN a recommendation that settles in one of two states per process, seen over ten lockstep rounds (cnn's:
+    # about 740 or 870 samples/s), beside a baseline within ±1%
+    two_states = [870.0, 860.0, 740.0, 875.0, 735.0, 865.0, 880.0, 745.0, 870.0, 860.0]
+    speedup = {"median": 2.1, "ci_low": 2.0, "ci_high": 2.2}
+    got = figures.figures(cnn_like(two_states), BASE, REC, speedup)
+    base, rec = got["baseline"], got["recommended"]
+    # THEN the recommendation's interval rests on its own runs' spread and says so; the baseline keeps the pool
+    assert "the drift between this setting's own runs, wider than the other settings' (9 degrees of freedom)" \
+        in rec["interval"]
+    assert "from every repeated setting" in base["interval"]
+    assert rec["ci_low"] < 740.0 < 880.0 < rec["ci_high"]
+    # AND with as few of its own runs as a short confirmation leaves (five rounds), the pool decides, as with
+    # steady runs
+    few = figures.figures(cnn_like(two_states[:5]), BASE, REC, speedup)["recommended"]
+    steady = figures.figures(cnn_like([860.0] * 10), BASE, REC, speedup)["recommended"]
+    assert "from every repeated setting" in few["interval"] and "from every repeated setting" in steady["interval"]
+    assert steady["ci_high"] / steady["ci_low"] < rec["ci_high"] / rec["ci_low"]

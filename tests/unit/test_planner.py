@@ -1592,6 +1592,26 @@ def test_rounds_that_split_by_who_went_first_widen_the_interval_to_hold_both_and
     assert rec_first == pytest.approx(1.5)
 
 
+def test_rounds_split_by_who_went_first_are_not_precise_when_the_widened_interval_is_not():
+    from tune_advisor.planner.confirm import CONFIRM_MAX_ROUNDS_IN_TURN, _precise, speedup_interval
+
+    # GIVEN sixteen steady rounds in turn reading 1.30x where the baseline went first and 1.50x where the
+    # recommendation did: their own CI is within ±4% of the centre, the halves' centres are not within ±5%
+    def probe(pid, settings, step):
+        return ProbeResult(id=pid, settings=settings, status=Status.OK, role="confirm",
+                           raw={"step_s": [step] * 20, "items": [16.0] * 20})
+
+    base_settings = knobs.full_settings({"batch_size": 16})
+    winner_settings = {**base_settings, "num_workers": 2}
+    rounds = [(probe(f"a{i}", base_settings, 0.013 if i % 2 == 0 else 0.015), probe(f"b{i}", winner_settings, 0.01))
+              for i in range(CONFIRM_MAX_ROUNDS_IN_TURN)]
+    session = Session(FakeBackend(lambda s: 1000.0), clock=FakeClock())
+    centre, low, high = speedup_interval(session, rounds, rounds[0][0], rounds[0][1], timed=False)
+    # THEN the interval the report states holds both halves, and the confirmation does not call it precise
+    assert low == pytest.approx(1.3) and high == pytest.approx(1.5) and 1.35 < centre < 1.45
+    assert not _precise(session, rounds, rounds[0][0], rounds[0][1], timed=False)
+
+
 def test_a_loader_change_is_confirmed_in_turn_without_blaming_the_step_times():
     from tune_advisor.planner.confirm import confirm
 

@@ -31,6 +31,28 @@ def drift(probes: list[ProbeResult]) -> tuple[float, int]:
     recheck read 1,020 samples/s beside one partner and 46 beside a far slower one), while how far one run
     drifts from the next is the machine's. Alone only, a run whose one repeated setting is the baseline has
     one degree of freedom (t = 12.7); the confirmation's lockstep rounds add theirs."""
+    return stats.pooled_log_sd(list(_groups(probes).values()))
+
+
+def spread(probes: list[ProbeResult], settings: dict[str, Any]) -> tuple[float, int]:
+    """The run-to-run spread a figure of `settings` is given: the pooled `drift`, or these settings' own runs'
+    where they hold OWN_MIN_DF degrees of freedom or more and spread wider. The pool assumes every setting
+    drifts alike; some do not: cnn's recommendation (batch 128, bf16, channels_last) settled at about 740 or
+    about 870 samples/s from one fresh process to the next, its baseline within ±7%, and a figure given the pooled
+    spread left a third of its re-measures outside (AMD EPYC, 2026-11-27; docs/planner.md)."""
+    pool = drift(probes)
+    key = settings_key(settings)
+    own = stats.pooled_log_sd([rates for (of, _), rates in _groups(probes).items() if of == key])
+    return own if own[1] >= OWN_MIN_DF and not own[0] <= pool[0] else pool
+
+
+# A setting's own spread replaces the pool only from this many degrees of freedom (a confirmation's nine rounds):
+# fewer runs estimate an sd too roughly to tell a setting that drifts more from one that happened to
+OWN_MIN_DF = 8
+
+
+def _groups(probes: list[ProbeResult]) -> dict[tuple, list[float]]:
+    """Measured runs' throughputs by (settings, partner's settings or None: alone)."""
     by_id = {p.id: p for p in probes}
     groups: dict[tuple, list[float]] = {}
     for p in probes:
@@ -38,7 +60,7 @@ def drift(probes: list[ProbeResult]) -> tuple[float, int]:
             partner = by_id.get(p.paired_with) if p.paired_with else None
             beside = settings_key(partner.settings) if partner else p.paired_with
             groups.setdefault((settings_key(p.settings), beside), []).append(window_rate(p))
-    return stats.pooled_log_sd(list(groups.values()))
+    return groups
 
 
 def _kind(probes: list[ProbeResult], *settings: dict[str, Any]) -> tuple[list[list[ProbeResult]], str]:
@@ -48,6 +70,15 @@ def _kind(probes: list[ProbeResult], *settings: dict[str, Any]) -> tuple[list[li
     if any(alone):
         return alone, "alone"
     return [runs(probes, s, paired=True) for s in settings], "beside a partner"
+
+
+def _drift_text(probes: list[ProbeResult], settings: dict[str, Any], drifts: tuple[float, int]) -> str:
+    """What a figure's spread is (`spread`), for its interval's label."""
+    if drifts == drift(probes):
+        return (f"the drift between runs from every repeated setting, alone or beside one partner ({drifts[1]} "
+                "degrees of freedom)")
+    return (f"the drift between this setting's own runs, wider than the other settings' ({drifts[1]} degrees of "
+            "freedom)")
 
 
 def _plural(n: int, word: str) -> str:
@@ -62,15 +93,14 @@ def figure(probes: list[ProbeResult], settings: dict[str, Any], unit: str = "sam
     (own,), kind = _kind(probes, settings)
     if not own:
         return None
-    spread = drift(probes)
-    if spread[1] == 0:
+    drifts = spread(probes, settings)
+    if drifts[1] == 0:
         median, low, high = own[0].throughput()
         interval = f"95% CI within one measured window ({own[0].id}, {kind}): a re-run may fall outside it"
     else:
-        median, low, high = stats.prediction_interval([window_rate(p) for p in own], spread)
-        interval = (f"95% prediction interval of one more run, from {_plural(len(own), 'run')} ({kind}), the drift "
-                    f"between runs from every repeated setting, alone or beside one partner ({spread[1]} degrees of "
-                    "freedom)")
+        median, low, high = stats.prediction_interval([window_rate(p) for p in own], drifts)
+        interval = (f"95% prediction interval of one more run, from {_plural(len(own), 'run')} ({kind}), "
+                    f"{_drift_text(probes, settings, drifts)}")
     return {"median": median, "ci_low": low, "ci_high": high, "unit": unit, "interval": interval,
             "runs": [p.id for p in own]}
 
@@ -87,29 +117,28 @@ def figures(probes: list[ProbeResult], base: dict[str, Any], rec: dict[str, Any]
     recommendation's interval also carries the speedup's CI. Without a confirmed speedup, with a recommendation
     that keeps the baseline, or with no repeated run to take a spread from, each has its own `figure`."""
     ratio = as_float((speedup or {}).get("median"))
-    spread = drift(probes)
+    base_drift, rec_drift = spread(probes, base), spread(probes, rec)
     (own_base, own_rec), kind = _kind(probes, base, rec)
-    if base == rec or not ratio > 0 or not math.isfinite(ratio) or spread[1] == 0 or not (own_base or own_rec):
+    if base == rec or not ratio > 0 or not math.isfinite(ratio) or base_drift[1] == 0 or not (own_base or own_rec):
         return {"baseline": figure(probes, base, unit), "recommended": figure(probes, rec, unit)}
     pooled = own_base + own_rec
-    level, low, high = stats.prediction_interval(
-        [window_rate(p) for p in own_base] + [window_rate(p) / ratio for p in own_rec], spread)
-    half = math.log(high / level)
+    rates = [window_rate(p) for p in own_base] + [window_rate(p) / ratio for p in own_rec]
+    level, low, high = stats.prediction_interval(rates, base_drift)
+    _, _, rec_high = stats.prediction_interval(rates, rec_drift)
     edges = [as_float(speedup.get(k)) for k in ("ci_low", "ci_high")]
     carried = max([abs(math.log(e / ratio)) for e in edges if e > 0 and math.isfinite(e)], default=0.0)
-    rec_half = math.hypot(half, carried)
+    rec_half = math.hypot(math.log(rec_high / level), carried)
     source = (f"{_plural(len(own_base), 'run')} of the baseline and {_plural(len(own_rec), 'run')} of the "
               f"recommendation divided by the confirmed speedup ({kind})")
     base_figure = {"median": level, "ci_low": low, "ci_high": high, "unit": unit,
-                   "interval": (f"95% prediction interval of one more run, from {source}, the drift between runs "
-                                f"from every repeated setting, alone or beside one partner ({spread[1]} degrees of "
-                                "freedom)"),
+                   "interval": (f"95% prediction interval of one more run, from {source}, "
+                                f"{_drift_text(probes, base, base_drift)}"),
                    "runs": [p.id for p in pooled]}
     rec_figure = {"median": level * ratio, "ci_low": level * ratio * math.exp(-rec_half),
                   "ci_high": level * ratio * math.exp(rec_half), "unit": unit,
                   "interval": (f"the baseline's level times the confirmed speedup ({ratio:.2f}x): 95% prediction "
-                               f"interval of one more run, from {source}, widened by the speedup's CI "
-                               f"({spread[1]} degrees of freedom)"),
+                               f"interval of one more run, from {source}, "
+                               f"{_drift_text(probes, rec, rec_drift)}, widened by the speedup's CI"),
                   "runs": [p.id for p in pooled]}
     return {"baseline": base_figure, "recommended": rec_figure}
 
