@@ -15,6 +15,11 @@ from ..probe.result import ProbeResult
 from .compare import settings_key, window_rate
 
 
+# A setting's own spread replaces the pool only from this many degrees of freedom (a confirmation's nine rounds):
+# fewer runs estimate an sd too roughly to tell a setting that drifts more from one whose few runs happened to
+OWN_MIN_DF = 8
+
+
 def runs(probes: list[ProbeResult], settings: dict[str, Any], paired: bool | None = None) -> list[ProbeResult]:
     """The finished probes of these settings with a measured window; `paired`: only those measured beside a
     lockstep partner (True) or alone (False). The two kinds differ systematically (a partner's turns leave the
@@ -44,11 +49,6 @@ def spread(probes: list[ProbeResult], settings: dict[str, Any]) -> tuple[float, 
     key = settings_key(settings)
     own = stats.pooled_log_sd([rates for (of, _), rates in _groups(probes).items() if of == key])
     return own if own[1] >= OWN_MIN_DF and not own[0] <= pool[0] else pool
-
-
-# A setting's own spread replaces the pool only from this many degrees of freedom (a confirmation's nine rounds):
-# fewer runs estimate an sd too roughly to tell a setting that drifts more from one that happened to
-OWN_MIN_DF = 8
 
 
 def _groups(probes: list[ProbeResult]) -> dict[tuple, list[float]]:
