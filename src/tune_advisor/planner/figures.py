@@ -39,16 +39,19 @@ def drift(probes: list[ProbeResult]) -> tuple[float, int]:
     return stats.pooled_log_sd(list(_groups(probes).values()))
 
 
-def spread(probes: list[ProbeResult], settings: dict[str, Any]) -> tuple[float, int]:
-    """The run-to-run spread a figure of `settings` is given: the pooled `drift`, or these settings' own runs'
-    where they hold OWN_MIN_DF degrees of freedom or more and spread wider. The pool assumes every setting
+def spread(probes: list[ProbeResult], settings: dict[str, Any]) -> tuple[tuple[float, int], bool]:
+    """The run-to-run spread (log sd, degrees of freedom) a figure of `settings` is given, and whether it is their
+    own: the pooled `drift`, or these settings' own runs' where they hold OWN_MIN_DF degrees of freedom or more and
+    spread wider. The pool assumes every setting
     drifts alike; some do not: cnn's recommendation (batch 128, bf16, channels_last) settled at about 740 or
     about 870 samples/s from one fresh process to the next, its baseline within ±7%, and a figure given the pooled
     spread left a third of its re-measures outside (AMD EPYC, 2026-11-27; docs/planner.md)."""
-    pool = drift(probes)
+    groups = _groups(probes)
+    pool = stats.pooled_log_sd(list(groups.values()))
     key = settings_key(settings)
-    own = stats.pooled_log_sd([rates for (of, _), rates in _groups(probes).items() if of == key])
-    return own if own[1] >= OWN_MIN_DF and not own[0] <= pool[0] else pool
+    own = stats.pooled_log_sd([rates for (of, _), rates in groups.items() if of == key])
+    wider = own[1] >= OWN_MIN_DF and not own[0] <= pool[0]
+    return (own if wider else pool), wider
 
 
 def _groups(probes: list[ProbeResult]) -> dict[tuple, list[float]]:
@@ -72,9 +75,9 @@ def _kind(probes: list[ProbeResult], *settings: dict[str, Any]) -> tuple[list[li
     return [runs(probes, s, paired=True) for s in settings], "beside a partner"
 
 
-def _drift_text(probes: list[ProbeResult], settings: dict[str, Any], drifts: tuple[float, int]) -> str:
+def _drift_text(drifts: tuple[float, int], own: bool) -> str:
     """What a figure's spread is (`spread`), for its interval's label."""
-    if drifts == drift(probes):
+    if not own:
         return (f"the drift between runs from every repeated setting, alone or beside one partner ({drifts[1]} "
                 "degrees of freedom)")
     return (f"the drift between this setting's own runs, wider than the other settings' ({drifts[1]} degrees of "
@@ -93,14 +96,14 @@ def figure(probes: list[ProbeResult], settings: dict[str, Any], unit: str = "sam
     (own,), kind = _kind(probes, settings)
     if not own:
         return None
-    drifts = spread(probes, settings)
+    drifts, own_spread = spread(probes, settings)
     if drifts[1] == 0:
         median, low, high = own[0].throughput()
         interval = f"95% CI within one measured window ({own[0].id}, {kind}): a re-run may fall outside it"
     else:
         median, low, high = stats.prediction_interval([window_rate(p) for p in own], drifts)
         interval = (f"95% prediction interval of one more run, from {_plural(len(own), 'run')} ({kind}), "
-                    f"{_drift_text(probes, settings, drifts)}")
+                    f"{_drift_text(drifts, own_spread)}")
     return {"median": median, "ci_low": low, "ci_high": high, "unit": unit, "interval": interval,
             "runs": [p.id for p in own]}
 
@@ -117,7 +120,7 @@ def figures(probes: list[ProbeResult], base: dict[str, Any], rec: dict[str, Any]
     recommendation's interval also carries the speedup's CI. Without a confirmed speedup, with a recommendation
     that keeps the baseline, or with no repeated run to take a spread from, each has its own `figure`."""
     ratio = as_float((speedup or {}).get("median"))
-    base_drift, rec_drift = spread(probes, base), spread(probes, rec)
+    (base_drift, base_own), (rec_drift, rec_own) = spread(probes, base), spread(probes, rec)
     (own_base, own_rec), kind = _kind(probes, base, rec)
     if base == rec or not ratio > 0 or not math.isfinite(ratio) or base_drift[1] == 0 or not (own_base or own_rec):
         return {"baseline": figure(probes, base, unit), "recommended": figure(probes, rec, unit)}
@@ -132,13 +135,13 @@ def figures(probes: list[ProbeResult], base: dict[str, Any], rec: dict[str, Any]
               f"recommendation divided by the confirmed speedup ({kind})")
     base_figure = {"median": level, "ci_low": low, "ci_high": high, "unit": unit,
                    "interval": (f"95% prediction interval of one more run, from {source}, "
-                                f"{_drift_text(probes, base, base_drift)}"),
+                                f"{_drift_text(base_drift, base_own)}"),
                    "runs": [p.id for p in pooled]}
     rec_figure = {"median": level * ratio, "ci_low": level * ratio * math.exp(-rec_half),
                   "ci_high": level * ratio * math.exp(rec_half), "unit": unit,
                   "interval": (f"the baseline's level times the confirmed speedup ({ratio:.2f}x): 95% prediction "
                                f"interval of one more run, from {source}, "
-                               f"{_drift_text(probes, rec, rec_drift)}, widened by the speedup's CI"),
+                               f"{_drift_text(rec_drift, rec_own)}, widened by the speedup's CI"),
                   "runs": [p.id for p in pooled]}
     return {"baseline": base_figure, "recommended": rec_figure}
 

@@ -97,7 +97,7 @@ class Config:
     @property
     def allocated_peak(self) -> int | None:
         """Largest allocated peak of the pooled probes (`peak_memory_bytes`: the figure the report's cards show)."""
-        return max((p.get("peak_memory_bytes") or 0) for p in self.probes) or None
+        return max((p.get("peak_memory_bytes") or 0 for p in self.probes), default=0) or None
 
 
 @dataclass
