@@ -31,8 +31,8 @@ def refigure(path: Path, at: str) -> None:
     document = results.read(path)
     document["figures"] = figures.of_document(document)
     notes = [n for n in document.get("notes") or [] if not n.startswith(NOTE)]
-    document["notes"] = [*notes, f"{NOTE} at commit {at} (planner/figures.py: both on one level with the "
-                                 "confirmed speedup); nothing was re-measured"]
+    document["notes"] = [*notes, f"{NOTE} at commit {at} (by the rules of planner/figures.py there); nothing was "
+                                 "re-measured"]
     results.write_atomic(path, document)
     code = subprocess.run([sys.executable, "-m", "tune_advisor", "report", str(path), "--quiet"], cwd=ROOT).returncode
     print(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: refigured, report exit {code}")
