@@ -125,38 +125,3 @@ def test_a_setting_whose_own_runs_spread_wider_than_the_pool_gets_its_own_spread
     steady = figures.figures(cnn_like([860.0] * 10), BASE, REC, speedup)["recommended"]
     assert "from every repeated setting" in few["interval"] and "from every repeated setting" in steady["interval"]
     assert steady["ci_high"] / steady["ci_low"] < rec["ci_high"] / rec["ci_low"]
-
-
-def raw_sensor_like(alone_base: list[float]) -> list[ProbeResult]:
-    """Lockstep confirmation rounds within ±1% (baseline near 15,700 samples/s, the recommendation 1.15x), the
-    recommendation alone twice (17,693 and 17,378) and the baseline alone at `alone_base`: raw_sensor_mlp's run 1
-    on an AMD EPYC, whose re-measures minutes later read the baseline at 15,109-17,197, most near 15,700."""
-    probes = []
-    for i in range(12):
-        a, b = f"p{2 * i + 1:03d}", f"p{2 * i + 2:03d}"
-        jitter = 1 + 0.01 * (i % 3 - 1)
-        probes += [run(a, BASE, 15_700.0 * jitter, b), run(b, REC, 18_050.0 * jitter, a)]
-    probes += [run("p100", REC, 17_693.0), run("p101", REC, 17_378.0)]
-    return probes + [run(f"p2{i:02d}", BASE, rate) for i, rate in enumerate(alone_base)]
-
-
-def test_a_figure_of_runs_alone_takes_the_spread_of_runs_alone_where_they_spread_wider():
-    speedup = {"median": 1.15, "ci_low": 1.13, "ci_high": 1.18}
-    # GIVEN tight lockstep rounds (22 of the pool's degrees of freedom) and runs alone that spread wider (3)
-    got = figures.figures(raw_sensor_like([13_220.0, 14_634.0, 14_618.0]), BASE, REC, speedup)
-    base, rec = got["baseline"], got["recommended"]
-    # THEN both figures (of runs alone) rest on the spread of runs alone and say so
-    label = "the drift between runs alone, every setting's, wider than with the lockstep rounds (3 degrees of freedom)"
-    assert label in base["interval"] and label in rec["interval"]
-    # AND the baseline's interval holds where its re-measures read; with the pool it did not
-    assert base["ci_low"] < 15_700.0 < base["ci_high"]
-    pooled = figures.stats.prediction_interval([13_220.0, 14_634.0, 14_618.0, 17_693.0 / 1.15, 17_378.0 / 1.15],
-                                               figures.drift(raw_sensor_like([13_220.0, 14_634.0, 14_618.0])))
-    assert pooled[2] < 15_700.0
-    # AND one degree of freedom alone (the baseline alone twice, the recommendation once) is too few to use
-    few = [p for p in raw_sensor_like([13_220.0, 14_634.0]) if p.id != "p101"]
-    assert figures.spread(few, REC, "alone")[1] == "pool"
-    assert "runs alone, every setting's" not in figures.figures(few, BASE, REC, speedup)["baseline"]["interval"]
-    # AND a figure beside a partner never takes the spread of runs alone
-    paired = [p for p in raw_sensor_like([13_220.0, 14_634.0, 14_618.0]) if p.paired_with]
-    assert figures.spread(paired, BASE, "beside a partner")[1] == "pool"

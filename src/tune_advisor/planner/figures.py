@@ -18,9 +18,6 @@ from .compare import settings_key, window_rate
 # A setting's own spread replaces the pool only from this many degrees of freedom (a confirmation's nine rounds):
 # fewer runs estimate an sd too roughly to tell a setting that drifts more from one whose few runs happened to
 OWN_MIN_DF = 8
-# A figure of runs alone takes the spread of every setting's runs alone from this many degrees of freedom: at one,
-# Student's t (12.7) makes the interval useless; at two (4.3) it is wide but says something.
-ALONE_MIN_DF = 2
 
 
 def runs(probes: list[ProbeResult], settings: dict[str, Any], paired: bool | None = None) -> list[ProbeResult]:
@@ -42,35 +39,19 @@ def drift(probes: list[ProbeResult]) -> tuple[float, int]:
     return stats.pooled_log_sd(list(_groups(probes).values()))
 
 
-def spread(probes: list[ProbeResult], settings: dict[str, Any], kind: str = "alone") -> tuple[tuple[float, int], str]:
-    """The run-to-run spread (log sd, degrees of freedom) a figure of `settings`, made of runs of `kind` (`_kind`),
-    is given, and where it comes from: "pool" (`drift`); "alone", every setting's runs alone, for a figure of runs
-    alone where they hold ALONE_MIN_DF degrees of freedom and spread wider than the pool; "own", these settings'
-    own runs, where they hold OWN_MIN_DF and spread wider still. The widest applicable one is taken.
-
-    The pool assumes every setting, and every kind of run, drifts alike. Some settings do not: cnn's
-    recommendation (batch 128, bf16, channels_last) settled at about 740 or about 870 samples/s from one fresh
-    process to the next, its baseline within ±7%, and a figure given the pooled spread left a third of its
-    re-measures outside (AMD EPYC, 2026-11-27). Nor do the kinds: a lockstep confirmation's rounds, most of a
-    pool's degrees of freedom, spread less than runs alone (log sd 0.073 against 0.095 pooled over 28 analyses
-    on that machine, wider alone in 18 of them), and a figure of runs alone predicts one more run alone: with
-    the pool, 817 of 942 re-measures fell inside; with the spread of runs alone where wider, 851
-    (docs/planner.md)."""
+def spread(probes: list[ProbeResult], settings: dict[str, Any]) -> tuple[tuple[float, int], bool]:
+    """The run-to-run spread (log sd, degrees of freedom) a figure of `settings` is given, and whether it is their
+    own: the pooled `drift`, or these settings' own runs' where they hold OWN_MIN_DF degrees of freedom or more and
+    spread wider. The pool assumes every setting
+    drifts alike; some do not: cnn's recommendation (batch 128, bf16, channels_last) settled at about 740 or
+    about 870 samples/s from one fresh process to the next, its baseline within ±7%, and a figure given the pooled
+    spread left a third of its re-measures outside (AMD EPYC, 2026-11-27; docs/planner.md)."""
     groups = _groups(probes)
-    candidates = [(stats.pooled_log_sd(list(groups.values())), "pool")]
-    if kind == "alone":
-        alone = stats.pooled_log_sd([rates for (_, beside), rates in groups.items() if beside is None])
-        if alone[1] >= ALONE_MIN_DF:
-            candidates.append((alone, "alone"))
-    own = stats.pooled_log_sd([rates for (of, _), rates in groups.items() if of == settings_key(settings)])
-    if own[1] >= OWN_MIN_DF:
-        candidates.append((own, "own"))
-    # the first (the pool) unless a later one is wider; a NaN pool (no repeated run) stays
-    chosen = candidates[0]
-    for candidate in candidates[1:]:
-        if not candidate[0][0] <= chosen[0][0]:
-            chosen = candidate
-    return chosen
+    pool = stats.pooled_log_sd(list(groups.values()))
+    key = settings_key(settings)
+    own = stats.pooled_log_sd([rates for (of, _), rates in groups.items() if of == key])
+    wider = own[1] >= OWN_MIN_DF and not own[0] <= pool[0]
+    return (own if wider else pool), wider
 
 
 def _groups(probes: list[ProbeResult]) -> dict[tuple, list[float]]:
@@ -94,16 +75,13 @@ def _kind(probes: list[ProbeResult], *settings: dict[str, Any]) -> tuple[list[li
     return [runs(probes, s, paired=True) for s in settings], "beside a partner"
 
 
-def _drift_text(drifts: tuple[float, int], source: str) -> str:
+def _drift_text(drifts: tuple[float, int], own: bool) -> str:
     """What a figure's spread is (`spread`), for its interval's label."""
-    if source == "own":
-        return (f"the drift between this setting's own runs, wider than the other settings' ({drifts[1]} degrees "
-                "of freedom)")
-    if source == "alone":
-        return (f"the drift between runs alone, every setting's, wider than with the lockstep rounds ({drifts[1]} "
+    if not own:
+        return (f"the drift between runs from every repeated setting, alone or beside one partner ({drifts[1]} "
                 "degrees of freedom)")
-    return (f"the drift between runs from every repeated setting, alone or beside one partner ({drifts[1]} "
-            "degrees of freedom)")
+    return (f"the drift between this setting's own runs, wider than the other settings' ({drifts[1]} degrees of "
+            "freedom)")
 
 
 def _plural(n: int, word: str) -> str:
@@ -118,14 +96,14 @@ def figure(probes: list[ProbeResult], settings: dict[str, Any], unit: str = "sam
     (own,), kind = _kind(probes, settings)
     if not own:
         return None
-    drifts, source = spread(probes, settings, kind)
+    drifts, own_spread = spread(probes, settings)
     if drifts[1] == 0:
         median, low, high = own[0].throughput()
         interval = f"95% CI within one measured window ({own[0].id}, {kind}): a re-run may fall outside it"
     else:
         median, low, high = stats.prediction_interval([window_rate(p) for p in own], drifts)
         interval = (f"95% prediction interval of one more run, from {_plural(len(own), 'run')} ({kind}), "
-                    f"{_drift_text(drifts, source)}")
+                    f"{_drift_text(drifts, own_spread)}")
     return {"median": median, "ci_low": low, "ci_high": high, "unit": unit, "interval": interval,
             "runs": [p.id for p in own]}
 
@@ -142,8 +120,8 @@ def figures(probes: list[ProbeResult], base: dict[str, Any], rec: dict[str, Any]
     recommendation's interval also carries the speedup's CI. Without a confirmed speedup, with a recommendation
     that keeps the baseline, or with no repeated run to take a spread from, each has its own `figure`."""
     ratio = as_float((speedup or {}).get("median"))
+    (base_drift, base_own), (rec_drift, rec_own) = spread(probes, base), spread(probes, rec)
     (own_base, own_rec), kind = _kind(probes, base, rec)
-    (base_drift, base_source), (rec_drift, rec_source) = spread(probes, base, kind), spread(probes, rec, kind)
     if base == rec or not ratio > 0 or not math.isfinite(ratio) or base_drift[1] == 0 or not (own_base or own_rec):
         return {"baseline": figure(probes, base, unit), "recommended": figure(probes, rec, unit)}
     pooled = own_base + own_rec
@@ -157,13 +135,13 @@ def figures(probes: list[ProbeResult], base: dict[str, Any], rec: dict[str, Any]
               f"recommendation divided by the confirmed speedup ({kind})")
     base_figure = {"median": level, "ci_low": low, "ci_high": high, "unit": unit,
                    "interval": (f"95% prediction interval of one more run, from {source}, "
-                                f"{_drift_text(base_drift, base_source)}"),
+                                f"{_drift_text(base_drift, base_own)}"),
                    "runs": [p.id for p in pooled]}
     rec_figure = {"median": level * ratio, "ci_low": level * ratio * math.exp(-rec_half),
                   "ci_high": level * ratio * math.exp(rec_half), "unit": unit,
                   "interval": (f"the baseline's level times the confirmed speedup ({ratio:.2f}x): 95% prediction "
                                f"interval of one more run, from {source}, "
-                               f"{_drift_text(rec_drift, rec_source)}, widened by the speedup's CI"),
+                               f"{_drift_text(rec_drift, rec_own)}, widened by the speedup's CI"),
                   "runs": [p.id for p in pooled]}
     return {"baseline": base_figure, "recommended": rec_figure}
 
