@@ -17,6 +17,7 @@ from .compare import settings_key, window_rate
 
 # A setting's own spread replaces the pool only from this many degrees of freedom (a confirmation's nine rounds):
 # fewer runs estimate an sd too roughly to tell a setting that drifts more from one whose few runs happened to
+# spread.
 OWN_MIN_DF = 8
 
 
@@ -42,10 +43,10 @@ def drift(probes: list[ProbeResult]) -> tuple[float, int]:
 def spread(probes: list[ProbeResult], settings: dict[str, Any]) -> tuple[tuple[float, int], bool]:
     """The run-to-run spread (log sd, degrees of freedom) a figure of `settings` is given, and whether it is their
     own: the pooled `drift`, or these settings' own runs' where they hold OWN_MIN_DF degrees of freedom or more and
-    spread wider. The pool assumes every setting
-    drifts alike; some do not: cnn's recommendation (batch 128, bf16, channels_last) settled at about 740 or
-    about 870 samples/s from one fresh process to the next, its baseline within ±7%, and a figure given the pooled
-    spread left a third of its re-measures outside (AMD EPYC, 2026-11-27; docs/planner.md)."""
+    spread wider. The pool assumes every setting drifts alike; some do not: cnn's recommendation (batch 128, bf16,
+    channels_last) settled at about 740 or about 870 samples/s from one fresh process to the next, its baseline
+    within ±7%, and a figure given the pooled spread left a third of its re-measures outside (AMD EPYC,
+    2026-11-27; docs/planner.md)."""
     groups = _groups(probes)
     pool = stats.pooled_log_sd(list(groups.values()))
     key = settings_key(settings)
