@@ -19,7 +19,8 @@ alike). Prints per fixture:
 Prints the CPU model and flags first. Takes twice the time a plan takes to end (most end on their own within
 a few minutes of the default budget) plus a few minutes of re-measures per fixture.
 
-    python benchmarks/reproducibility.py [--budget 10m] [--precision 0.025 --max-rounds 20] [FIXTURE ...]
+    python benchmarks/reproducibility.py [--budget 10m] [--precision 0.025 --max-rounds 20] [--device cuda]
+                                         [FIXTURE ...]
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ PRECISION = 0.05
 
 
 def remeasure(path: Path, base: dict, rec: dict, workdir: Path, precision: float = PRECISION,
-              most: int = MAX_REMEASURES) -> tuple[list[float], list[float]]:
+              most: int = MAX_REMEASURES, device: str = "cpu") -> tuple[list[float], list[float]]:
     """Throughputs of REMEASURES rounds (more while the ratio's CI is wider than ±`precision`, up to `most`)
     of fresh probes of `base` and `rec` (the default protocol, as analyze's baseline), who goes first alternating;
     a round with a failed probe is left out whole."""
@@ -56,7 +57,7 @@ def remeasure(path: Path, base: dict, rec: dict, workdir: Path, precision: float
         order = (base, rec) if i % 2 == 0 else (rec, base)
         got = {}
         for settings in order:
-            _, result = api.probe(path, settings, device="cpu", protocol=Protocol(), workdir=workdir)
+            _, result = api.probe(path, settings, device=device, protocol=Protocol(), workdir=workdir)
             got[settings is rec] = result.throughput()[0] if result.ok else None
         if None not in got.values():
             base_rates.append(got[False])
@@ -95,9 +96,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--precision", type=float, default=PRECISION,
                         help="re-measure while the re-measured speedup's CI is wider than this (default 0.05)")
     parser.add_argument("--max-rounds", type=int, default=MAX_REMEASURES, help="of a re-measure (default 10)")
+    parser.add_argument("--device", default="cpu", help="analyze's and the re-measures' (default cpu)")
     args = parser.parse_args(argv)
     names = args.names or sorted(p.stem for p in (ROOT / "fixtures").glob("*.py"))
     print(f"CPU: {environment.cpu_model()}; flags: {', '.join(environment.cpu_flags()) or 'none of note'}")
+    if args.device != "cpu":
+        print(f"device: {environment.collect(args.device).get('device_name') or args.device}")
     tmp = Path(tempfile.mkdtemp(prefix="repro-"))
     hits = total = 0
     print(f"{'fixture':<20} {'run':>3} {'recommended':<45} {'speedup':>8} {'re-measured [95% CI]':>24} "
@@ -106,11 +110,12 @@ def main(argv: list[str]) -> int:
         path = ROOT / "fixtures" / f"{name}.py"
         runs = []
         for i in (1, 2):
-            result = api.analyze(path, api.AnalyzeOptions(out=tmp / f"{name}-{i}", device="cpu", budget=args.budget))
+            options = api.AnalyzeOptions(out=tmp / f"{name}-{i}", device=args.device, budget=args.budget)
+            result = api.analyze(path, options)
             doc = result.document
             figures = doc.get("figures") or {}
             base_rates, rec_rates = remeasure(path, doc["baseline"]["settings"], doc["recommended"]["settings"],
-                                              tmp / "probes", args.precision, args.max_rounds)
+                                              tmp / "probes", args.precision, args.max_rounds, args.device)
             n_in = sum(inside(r, figures.get("baseline")) for r in base_rates) + sum(
                 inside(r, figures.get("recommended")) for r in rec_rates)
             hits, total = hits + n_in, total + len(base_rates) + len(rec_rates)

@@ -125,3 +125,23 @@ def test_a_setting_whose_own_runs_spread_wider_than_the_pool_gets_its_own_spread
     steady = figures.figures(cnn_like([860.0] * 10), BASE, REC, speedup)["recommended"]
     assert "from every repeated setting" in few["interval"] and "from every repeated setting" in steady["interval"]
     assert steady["ci_high"] / steady["ci_low"] < rec["ci_high"] / rec["ci_low"]
+
+
+def test_a_figure_carries_the_drift_between_sessions_that_its_runs_cannot_show(monkeypatch):
+    probes = lstm_like()
+    # GIVEN the figures as the runs alone would give them, with no drift between sessions
+    monkeypatch.setattr(figures, "SESSION_DRIFT", 0.0)
+    within = figures.figures(probes, BASE, REC, SPEEDUP)
+    monkeypatch.undo()
+    # WHEN they carry the drift measured between an analysis and a later run
+    got = figures.figures(probes, BASE, REC, SPEEDUP)
+    for side in ("baseline", "recommended"):
+        # THEN the centres stay and each half-width (in logs) grows by 1.96 sd in quadrature, no more
+        assert got[side]["median"] == pytest.approx(within[side]["median"])
+        half, inner = (math.log(f[side]["ci_high"] / f[side]["median"]) for f in (got, within))
+        assert half == pytest.approx(math.hypot(inner, 1.959964 * figures.SESSION_DRIFT), rel=1e-6)
+        # AND the label says so
+        assert f"a drift between sessions of {figures.SESSION_DRIFT:.1%} (log sd" in got[side]["interval"]
+    # AND a figure of one setting alone carries it too
+    one = figures.figure(probes, REC)
+    assert "a drift between sessions" in one["interval"]

@@ -1,3 +1,5 @@
+import math
+
 import numpy as np
 import pytest
 
@@ -141,3 +143,18 @@ def test_a_drift_pooled_over_settings_has_all_their_degrees_of_freedom():
     # AND a single run with that spread gets a prediction interval around itself
     centre, low, high = prediction_interval([800], spread=(sd, df))
     assert centre == pytest.approx(800) and low < 800 < high
+
+
+def test_a_prediction_interval_adds_a_level_known_from_elsewhere_in_quadrature():
+    from tune_advisor.analysis.stats import prediction_interval, t95
+
+    # GIVEN four runs whose spread is pooled elsewhere (log sd 0.05 over 20 degrees of freedom)
+    rates = [1000.0, 1040.0, 980.0, 1010.0]
+    centre, low, high = prediction_interval(rates, (0.05, 20))
+    assert math.log(high / centre) == pytest.approx(t95(20) * 0.05 * math.sqrt(1 + 1 / 4))
+    # WHEN a level moves between these runs and the next by a log sd of 0.04 they cannot show
+    c2, low2, high2 = prediction_interval(rates, (0.05, 20), between=0.04)
+    # THEN the centre stays and the half-width is the two in quadrature, the known one at the normal's 1.96
+    assert c2 == pytest.approx(centre)
+    assert math.log(high2 / c2) == pytest.approx(math.hypot(t95(20) * 0.05 * math.sqrt(1.25), 1.959964 * 0.04))
+    assert math.log(c2 / low2) == pytest.approx(math.log(high2 / c2))

@@ -138,9 +138,12 @@ _T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2
         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 
 
+Z95 = 1.959964  # the normal's two-sided 95% quantile
+
+
 def t95(df: int) -> float:
     """Student's t, two-sided 95%, for `df` degrees of freedom (>= 1)."""
-    return _T95[df - 1] if df <= len(_T95) else 1.96
+    return _T95[df - 1] if df <= len(_T95) else Z95
 
 
 def pooled_log_sd(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
@@ -159,11 +162,14 @@ def pooled_log_sd(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
     return (float(np.sqrt(squares / df)), df) if df else (float("nan"), 0)
 
 
-def prediction_interval(rates: Sequence[float], spread: tuple[float, int] | None = None) -> tuple[float, float, float]:
+def prediction_interval(rates: Sequence[float], spread: tuple[float, int] | None = None,
+                        between: float = 0.0) -> tuple[float, float, float]:
     """(centre, low, high): the geometric mean of separate runs' throughputs and the 95% prediction interval of
     one more run, from the spread of their logs (Student's t). Unlike a CI over one window's steps, this covers
     the drift between runs. `spread`: a (log sd, degrees of freedom) pooled over more runs (`pooled_log_sd`),
-    used instead of these runs' own; without it, NaNs with fewer than two runs."""
+    used instead of these runs' own; without it, NaNs with fewer than two runs. `between`: the log sd of a level
+    that moves between the runs measured and the one predicted and that they cannot show (known from elsewhere,
+    so a normal term), added in quadrature."""
     logs = np.log(np.asarray([r for r in rates if r > 0], dtype=float))
     n = logs.size
     if spread is not None and spread[1] >= 1 and n >= 1:
@@ -172,7 +178,7 @@ def prediction_interval(rates: Sequence[float], spread: tuple[float, int] | None
         sd, df = float(logs.std(ddof=1)), n - 1
     else:
         return float("nan"), float("nan"), float("nan")
-    half = t95(df) * sd * np.sqrt(1 + 1 / n)
+    half = np.hypot(t95(df) * sd * np.sqrt(1 + 1 / n), Z95 * between)
     centre = logs.mean()
     return float(np.exp(centre)), float(np.exp(centre - half)), float(np.exp(centre + half))
 

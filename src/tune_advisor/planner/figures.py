@@ -20,6 +20,15 @@ from .compare import settings_key, window_rate
 # spread.
 OWN_MIN_DF = 8
 
+# How far the machine's level moves between an analysis and a run minutes to hours later (log sd), which no spread
+# inside a few minutes' analysis can show: a figure predicts the user's next run, so its interval carries it too.
+# Measured by benchmarks/reproducibility.py over 38 analyses on shared 2-core cloud machines (AMD EPYC, six
+# benchmark runs of 2026-11-25 to 27): each analysis's baseline level against its re-measures' mean, less the
+# part the within-run spreads explain (method of moments; 0.046-0.060 leaving out one benchmark run at a time).
+# A level moves the baseline and the recommendation alike (their shifts correlate 0.80), so speedups omit it.
+# docs/planner.md, "A drift between sessions".
+SESSION_DRIFT = 0.054
+
 
 def runs(probes: list[ProbeResult], settings: dict[str, Any], paired: bool | None = None) -> list[ProbeResult]:
     """The finished probes of these settings with a measured window; `paired`: only those measured beside a
@@ -77,12 +86,15 @@ def _kind(probes: list[ProbeResult], *settings: dict[str, Any]) -> tuple[list[li
 
 
 def _drift_text(drifts: tuple[float, int], own: bool) -> str:
-    """What a figure's spread is (`spread`), for its interval's label."""
+    """What a figure's spread is (`spread`, and SESSION_DRIFT), for its interval's label."""
     if not own:
-        return (f"the drift between runs from every repeated setting, alone or beside one partner ({drifts[1]} "
-                "degrees of freedom)")
-    return (f"the drift between this setting's own runs, wider than the other settings' ({drifts[1]} degrees of "
-            "freedom)")
+        within = (f"the drift between runs from every repeated setting, alone or beside one partner ({drifts[1]} "
+                  "degrees of freedom)")
+    else:
+        within = (f"the drift between this setting's own runs, wider than the other settings' ({drifts[1]} "
+                  "degrees of freedom)")
+    return (f"{within} and a drift between sessions of {SESSION_DRIFT:.1%} (log sd, measured on shared cloud "
+            "machines)")
 
 
 def _plural(n: int, word: str) -> str:
@@ -102,7 +114,7 @@ def figure(probes: list[ProbeResult], settings: dict[str, Any], unit: str = "sam
         median, low, high = own[0].throughput()
         interval = f"95% CI within one measured window ({own[0].id}, {kind}): a re-run may fall outside it"
     else:
-        median, low, high = stats.prediction_interval([window_rate(p) for p in own], drifts)
+        median, low, high = stats.prediction_interval([window_rate(p) for p in own], drifts, SESSION_DRIFT)
         interval = (f"95% prediction interval of one more run, from {_plural(len(own), 'run')} ({kind}), "
                     f"{_drift_text(drifts, own_spread)}")
     return {"median": median, "ci_low": low, "ci_high": high, "unit": unit, "interval": interval,
@@ -127,8 +139,8 @@ def figures(probes: list[ProbeResult], base: dict[str, Any], rec: dict[str, Any]
         return {"baseline": figure(probes, base, unit), "recommended": figure(probes, rec, unit)}
     pooled = own_base + own_rec
     rates = [window_rate(p) for p in own_base] + [window_rate(p) / ratio for p in own_rec]
-    level, low, high = stats.prediction_interval(rates, base_drift)
-    _, _, rec_high = stats.prediction_interval(rates, rec_drift)
+    level, low, high = stats.prediction_interval(rates, base_drift, SESSION_DRIFT)
+    _, _, rec_high = stats.prediction_interval(rates, rec_drift, SESSION_DRIFT)
     edges = [as_float(speedup.get(k)) for k in ("ci_low", "ci_high")]
     carried = max([abs(math.log(e / ratio)) for e in edges if e > 0 and math.isfinite(e)], default=0.0)
     rec_half = math.hypot(math.log(rec_high / level), carried)
