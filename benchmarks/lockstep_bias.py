@@ -15,6 +15,7 @@ cnn_128, 35-45 s for hf_transformer_32 and varlen_transformer, on 2 cores (an In
     python benchmarks/lockstep_bias.py --timed-only --window-s 4 --rounds 12 tiny_batch_mlp_fused
         only the confirmation's kind of pair where steps lie far apart: half-second turns, each side's window
         capped at 4 s (CONFIRM_TURN_WINDOW_S), against the two alone
+    python benchmarks/lockstep_bias.py --device cuda --rounds 4 cnn_128_cl     (on a GPU)
 """
 
 from __future__ import annotations
@@ -52,19 +53,22 @@ CASES = {  # case -> (fixture, the candidate's changes over its BASELINE: what i
     # a batch rung with CPU-bound loader workers on both sides: a paused side's workers refill their queue during
     # the partner's turn (one augment_cpu run read 128 over 64 at 1.10x, 1.11x and 1.01x in lockstep; its grid 1.13x)
     "augment_cpu_128": ("augment_cpu", {"batch_size": 128, "num_workers": 2}, {"batch_size": 64, "num_workers": 2}),
+    # what cnn's analyses recommend on an NVIDIA H200, whose confirmations read 1.05-1.32x the speedup re-measured
+    # in fresh probes alone (benchmarks/reproducibility.py --device cuda, 2026-11-27)
+    "cnn_128_cl": ("cnn", {"batch_size": 128, "channels_last": True}),
 }
 
 
 class Probes:
-    def __init__(self, name: str, workdir: Path):
-        self.workdir, self.n = workdir, 0
-        self.info = inspect_workload(ROOT / "fixtures" / f"{name}.py", "cpu", workdir)
+    def __init__(self, name: str, workdir: Path, device: str = "cpu"):
+        self.workdir, self.n, self.device = workdir, 0, device
+        self.info = inspect_workload(ROOT / "fixtures" / f"{name}.py", device, workdir)
 
     def spec(self, settings: dict, turn_s: float | None = None, window_s: float | None = None) -> ProbeSpec:
         self.n += 1
         protocol = Protocol(turn_s=turn_s) if window_s is None else Protocol(turn_s=turn_s, max_time_s=window_s)
-        return ProbeSpec(id=f"b{self.n:03d}", workload=str(self.info.path), settings=settings, device="cpu",
-                         protocol=protocol)
+        return ProbeSpec(id=f"b{self.n:03d}", workload=str(self.info.path), settings=settings,
+                         device=self.device, protocol=protocol)
 
     def pair(self, a: dict, b: dict, first: int, match_turns: bool = False, turn_s: float | None = None,
              window_s: float | None = None) -> tuple[float, float, float]:
@@ -81,9 +85,10 @@ def gmean(values: list[float]) -> float:
     return math.exp(sum(map(math.log, values)) / len(values))
 
 
-def case(name: str, rounds: int, turn_s: float, timed_only: bool = False, window_s: float | None = None) -> None:
+def case(name: str, rounds: int, turn_s: float, timed_only: bool = False, window_s: float | None = None,
+         device: str = "cpu") -> None:
     fixture, changes, *reference = CASES[name]
-    probes = Probes(fixture, Path(tempfile.mkdtemp(prefix=f"lockstep-bias-{name}-")))
+    probes = Probes(fixture, Path(tempfile.mkdtemp(prefix=f"lockstep-bias-{name}-")), device)
     base = {**probes.info.baseline, **(reference[0] if reference else {})}
     cand = {**base, **changes}
     against = knobs.describe(reference[0]) if reference else "the baseline"
@@ -132,13 +137,16 @@ def main(argv: list[str]) -> int:
                         help="only the pairs in timed turns (the confirmation's kind where steps lie far apart)")
     parser.add_argument("--window-s", type=float, default=None,
                         help="cap each side's window of a pair at this (the confirmation's: 4)")
+    parser.add_argument("--device", default="cpu", help="where the probes train (default cpu)")
     args = parser.parse_args(argv)
     unknown = set(args.cases) - set(CASES)
     if unknown:
         parser.error(f"unknown case(s) {', '.join(sorted(unknown))}: pick from {', '.join(CASES)}")
     print(f"CPU: {environment.cpu_model()}; flags: {', '.join(environment.cpu_flags()) or 'none of note'}")
+    if args.device != "cpu":
+        print(f"device: {environment.collect(args.device).get('device_name') or args.device}")
     for name in args.cases or CASES:
-        case(name, args.rounds, args.turn_s, args.timed_only, args.window_s)
+        case(name, args.rounds, args.turn_s, args.timed_only, args.window_s, args.device)
     return 0
 
 
