@@ -22,12 +22,12 @@ OWN_MIN_DF = 8
 
 # How far the machine's level moves between an analysis and a run minutes to hours later (log sd), which no spread
 # inside a few minutes' analysis can show: a figure predicts the user's next run, so its interval carries it too.
-# Measured by benchmarks/reproducibility.py over 38 analyses on shared 2-core cloud machines (AMD EPYC, six
+# Measured by benchmarks/reproducibility.py over 50 analyses on shared 2-core cloud machines (AMD EPYC, seven
 # benchmark runs of 2026-11-25 to 27): each analysis's baseline level against its re-measures' mean, less the
-# part the within-run spreads explain (method of moments; 0.046-0.060 leaving out one benchmark run at a time).
+# part the within-run spreads explain (method of moments; 0.053-0.062 leaving out one benchmark run at a time).
 # A level moves the baseline and the recommendation alike (their shifts correlate 0.80), so speedups omit it.
 # docs/planner.md, "A drift between sessions".
-SESSION_DRIFT = 0.054
+SESSION_DRIFT = 0.058
 
 
 def runs(probes: list[ProbeResult], settings: dict[str, Any], paired: bool | None = None) -> list[ProbeResult]:
