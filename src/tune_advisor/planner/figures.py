@@ -104,8 +104,8 @@ def _plural(n: int, word: str) -> str:
 def figure(probes: list[ProbeResult], settings: dict[str, Any], unit: str = "samples/s") -> dict[str, Any] | None:
     """The throughput a report prints for `settings` on their own: the geometric mean of their runs of one kind
     (`_kind`) and the 95% prediction interval of one more run (`stats.prediction_interval`), its spread from
-    every setting run more than once (`drift`); with no repeated run at all, the one window's CI, labelled as
-    such. None without a measured run."""
+    every setting run more than once (`spread`) and the drift between sessions (SESSION_DRIFT); with no repeated
+    run at all, the one window's CI, labelled as such. None without a measured run."""
     (own,), kind = _kind(probes, settings)
     if not own:
         return None
