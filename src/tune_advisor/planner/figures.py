@@ -25,7 +25,7 @@ OWN_MIN_DF = 8
 # Measured by benchmarks/reproducibility.py over 50 analyses on shared 2-core cloud machines (AMD EPYC, seven
 # benchmark runs of 2026-11-25 to 27): each analysis's baseline level against its re-measures' mean, less the
 # part the within-run spreads explain (method of moments; 0.053-0.062 leaving out one benchmark run at a time).
-# A level moves the baseline and the recommendation alike (their shifts correlate 0.80), so speedups omit it.
+# A level moves the baseline and the recommendation alike (their shifts correlate 0.82), so speedups omit it.
 # docs/planner.md, "A drift between sessions".
 SESSION_DRIFT = 0.058
 
