@@ -16,7 +16,8 @@ alike). Prints per fixture:
       within itself), so a gap inside that CI is the re-measure's noise as much as the report's. "in CI": whether the
       re-measured speedup lies inside the 95% CI the run reported for its speedup. Where both runs chose the
       same settings, the agree line gives their two re-measures: how far apart two re-measures land.
-Prints the CPU model and flags first. Takes twice the time a plan takes to end (most end on their own within
+Prints the CPU model and flags first, and the folder it keeps each analysis in: its results.json and
+remeasures.json (the rounds above) are what benchmarks/session_drift.py calibrates figures.SESSION_DRIFT on. Takes twice the time a plan takes to end (most end on their own within
 a few minutes of the default budget) plus a few minutes of re-measures per fixture.
 
     python benchmarks/reproducibility.py [--budget 10m] [--precision 0.025 --max-rounds 20] [--device cuda]
@@ -26,6 +27,7 @@ a few minutes of the default budget) plus a few minutes of re-measures per fixtu
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 from pathlib import Path
@@ -103,6 +105,7 @@ def main(argv: list[str]) -> int:
     if args.device != "cpu":
         print(f"device: {environment.collect(args.device).get('device_name') or args.device}")
     tmp = Path(tempfile.mkdtemp(prefix="repro-"))
+    print(f"analyses kept in {tmp}")
     hits = total = 0
     print(f"{'fixture':<20} {'run':>3} {'recommended':<45} {'speedup':>8} {'re-measured [95% CI]':>24} "
           f"{'ratio':>6} {'in CI':>6} {'inside':>7}  interval widths (high/low: baseline, recommended)")
@@ -110,12 +113,17 @@ def main(argv: list[str]) -> int:
         path = ROOT / "fixtures" / f"{name}.py"
         runs = []
         for i in (1, 2):
-            options = api.AnalyzeOptions(out=tmp / f"{name}-{i}", device=args.device, budget=args.budget)
+            out = tmp / f"{name}-{i}"
+            options = api.AnalyzeOptions(out=out, device=args.device, budget=args.budget)
             result = api.analyze(path, options)
             doc = result.document
             figures = doc.get("figures") or {}
             base_rates, rec_rates = remeasure(path, doc["baseline"]["settings"], doc["recommended"]["settings"],
                                               tmp / "probes", args.precision, args.max_rounds, args.device)
+            # kept beside the run's results.json: benchmarks/session_drift.py calibrates figures.SESSION_DRIFT on them
+            (out / "remeasures.json").write_text(json.dumps(
+                {"fixture": name, "run": i, "device": args.device, "baseline": base_rates,
+                 "recommended": rec_rates}, indent=1))
             n_in = sum(inside(r, figures.get("baseline")) for r in base_rates) + sum(
                 inside(r, figures.get("recommended")) for r in rec_rates)
             hits, total = hits + n_in, total + len(base_rates) + len(rec_rates)

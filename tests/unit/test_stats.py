@@ -158,3 +158,27 @@ def test_a_prediction_interval_adds_a_level_known_from_elsewhere_in_quadrature()
     assert c2 == pytest.approx(centre)
     assert math.log(high2 / c2) == pytest.approx(math.hypot(t95(20) * 0.05 * math.sqrt(1.25), 1.959964 * 0.04))
     assert math.log(c2 / low2) == pytest.approx(math.log(high2 / c2))
+
+
+def test_a_level_calibrated_for_coverage_holds_it_on_new_heavy_tailed_shifts_where_one_by_moments_does_not():
+    from tune_advisor.analysis.stats import Z95, between_for_coverage
+    rng = np.random.default_rng(3)
+
+    def sessions(n):
+        # most sessions move a little, one in eight jumps by 25% (a neighbour arrives): heavy tails
+        shift = np.where(rng.random(n) < 0.125, rng.choice([-0.25, 0.25], n), rng.normal(0, 0.02, n))
+        return shift + rng.normal(0, 0.03, n), np.full(n, 1.96 * 0.03)  # deviations, within-run half-widths
+
+    def covered(deviations, halves, between):
+        return float(np.mean(np.abs(deviations) <= np.hypot(halves, Z95 * between)))
+
+    dev, half = sessions(4000)
+    conformal = between_for_coverage(dev, half, 0.95)
+    moments = np.sqrt(max(0.0, np.mean(dev ** 2) - np.mean((half / 1.96) ** 2)))
+    new_dev, new_half = sessions(4000)
+    assert covered(new_dev, new_half, conformal) == pytest.approx(0.95, abs=0.015)
+    assert covered(new_dev, new_half, moments) < 0.92  # the normal level undercovers these tails
+    # already inside without any level: none needed; too few values for the coverage asked: no finite level
+    assert between_for_coverage([0.01, -0.02, 0.0], [0.05, 0.05, 0.05], 0.5) == 0.0
+    assert between_for_coverage([0.01, 0.02], [0.05, 0.05], 0.95) == float("inf")
+    assert np.isnan(between_for_coverage([], [], 0.95))

@@ -183,6 +183,24 @@ def prediction_interval(rates: Sequence[float], spread: tuple[float, int] | None
     return float(np.exp(centre)), float(np.exp(centre - half)), float(np.exp(centre + half))
 
 
+def between_for_coverage(deviations: Sequence[float], halves: Sequence[float], coverage: float = 0.95) -> float:
+    """The smallest `between` (a log sd, as `prediction_interval` takes it) with which intervals of log half-widths
+    `halves` around their centres would have held `coverage` of the held-out values at log distances `deviations`
+    from them: a split-conformal calibration, each value's score the level it alone needs,
+    sqrt(max(0, deviation² - half²)) / Z95, and the answer their ceil((n + 1) × coverage)-th smallest.
+
+    A level estimated by moments assumes the shifts between sessions are normal; on shared machines they are
+    heavy-tailed (most sessions move a few %, a few jump 20-40% when a neighbour arrives), so an interval built on
+    a normal level covers fewer than it says. The conformal quantile holds its coverage on new sessions like the
+    calibration's, whatever the shape. Infinite when n is too small to reach `coverage`; NaN for no values."""
+    d, h = np.abs(np.asarray(deviations, dtype=float)), np.asarray(halves, dtype=float)
+    if d.size == 0:
+        return float("nan")
+    scores = np.sort(np.sqrt(np.maximum(0.0, d ** 2 - h ** 2)) / Z95)
+    k = math.ceil((d.size + 1) * coverage)
+    return float(scores[k - 1]) if k <= d.size else float("inf")
+
+
 def hodges_lehmann(values: Sequence[float]) -> float:
     """The median of all pairwise means (i <= j, each value with itself included): a centre that one stray value
     moves little (it breaks down only past 29% of them), and that moves smoothly, not by a whole gap, as values
