@@ -113,7 +113,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "budget_curve")
     args = parser.parse_args()
     budgets = [b for b in args.budgets.split(",") if b]
-    print(f"CPU: {environment.cpu_model()}; flags: {', '.join(environment.cpu_flags()) or 'none of note'}", flush=True)
+    print(environment.machine_line(), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
     for name in args.fixtures:

@@ -67,7 +67,7 @@ def main() -> int:
                          "10 steps and 1 s) rather than search_quality's shorter protocol")
     args = ap.parse_args()
     protocol_base = Protocol() if args.analyze_protocol else PROTOCOL
-    print(f"CPU: {environment.cpu_model()}; flags: {', '.join(environment.cpu_flags()) or 'none of note'}")
+    print(environment.machine_line())
     fixture, change = CASES[args.case]
     base = fixture_baseline(fixture)
     cand = {**base, **change}

@@ -190,7 +190,7 @@ def main(argv: list[str]) -> int:
     from tune_advisor import environment
     from tune_advisor.analysis import stats
 
-    print(f"CPU: {environment.cpu_model()}; flags: {', '.join(environment.cpu_flags()) or 'none of note'}")
+    print(environment.machine_line())
     print({"in-process": "both loops in this one process, alternating",
            "fresh-loop": "each loop in a fresh process (the probe: its training loop, no tune-advisor child)",
            "child": "each loop in a fresh process (the probe: tune-advisor's child)",

@@ -112,7 +112,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     checks = args.check or list(DEFAULT_CHECKS)
 
-    print(f"CPU: {environment.cpu_model()}; flags: {', '.join(environment.cpu_flags()) or 'none of note'}")
+    print(environment.machine_line())
     started = time.monotonic()
     os.environ.pop(ENV, None)
     if args.mode == "stored":

@@ -56,6 +56,9 @@ CASES = {  # case -> (fixture, the candidate's changes over its BASELINE: what i
     # what cnn's analyses recommend on an NVIDIA H200, whose confirmations read 1.05-1.32x the speedup re-measured
     # in fresh probes alone (benchmarks/reproducibility.py --device cuda, 2026-11-27)
     "cnn_128_cl": ("cnn", {"batch_size": 128, "channels_last": True}),
+    # the baseline against itself (A/A): does the side that warmed up second read slower? tiny_batch_mlp's
+    # confirmations read its baseline ~15% slower in the rounds where the recommendation moved (and warmed up) first
+    "tiny_batch_mlp_aa": ("tiny_batch_mlp", {}),
 }
 
 
@@ -142,9 +145,7 @@ def main(argv: list[str]) -> int:
     unknown = set(args.cases) - set(CASES)
     if unknown:
         parser.error(f"unknown case(s) {', '.join(sorted(unknown))}: pick from {', '.join(CASES)}")
-    print(f"CPU: {environment.cpu_model()}; flags: {', '.join(environment.cpu_flags()) or 'none of note'}")
-    if args.device != "cpu":
-        print(f"device: {environment.collect(args.device).get('device_name') or args.device}")
+    print(environment.machine_line(args.device))
     for name in args.cases or CASES:
         case(name, args.rounds, args.turn_s, args.timed_only, args.window_s, args.device)
     return 0

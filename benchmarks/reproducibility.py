@@ -17,8 +17,9 @@ alike). Prints per fixture:
       re-measured speedup lies inside the 95% CI the run reported for its speedup. Where both runs chose the
       same settings, the agree line gives their two re-measures: how far apart two re-measures land.
 Prints the CPU model and flags first, and the folder it keeps each analysis in: its results.json and
-remeasures.json (the rounds above) are what benchmarks/session_drift.py calibrates figures.SESSION_DRIFT on. Takes twice the time a plan takes to end (most end on their own within
-a few minutes of the default budget) plus a few minutes of re-measures per fixture.
+remeasures.json (the rounds above) are what benchmarks/session_drift.py calibrates figures.SESSION_DRIFT on. Takes
+twice the time a plan takes to end (most end on their own within a few minutes of the default budget) plus a few
+minutes of re-measures per fixture.
 
     python benchmarks/reproducibility.py [--budget 10m] [--precision 0.025 --max-rounds 20] [--device cuda]
                                          [FIXTURE ...]
@@ -101,9 +102,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--device", default="cpu", help="analyze's and the re-measures' (default cpu)")
     args = parser.parse_args(argv)
     names = args.names or sorted(p.stem for p in (ROOT / "fixtures").glob("*.py"))
-    print(f"CPU: {environment.cpu_model()}; flags: {', '.join(environment.cpu_flags()) or 'none of note'}")
-    if args.device != "cpu":
-        print(f"device: {environment.collect(args.device).get('device_name') or args.device}")
+    print(environment.machine_line(args.device))
     tmp = Path(tempfile.mkdtemp(prefix="repro-"))
     print(f"analyses kept in {tmp}")
     hits = total = 0

@@ -118,8 +118,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--skip-analyze", action="store_true", help="only the fidelity part")
     args = parser.parse_args()
-    print(f"CPU: {environment.cpu_model()}; flags: {', '.join(environment.cpu_flags()) or 'none of note'}; torch "
-          "threads as each process picks them\n", flush=True)
+    print(f"{environment.machine_line()}; torch threads as each process picks them\n", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         fidelity(args.rounds, work)

@@ -199,7 +199,7 @@ def main() -> None:
     if args.table:
         print(table(json.loads(rows_path.read_text())))
         sys.exit(0)
-    print(f"CPU: {environment.cpu_model()}; flags: {', '.join(environment.cpu_flags()) or 'none of note'}")
+    print(environment.machine_line())
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
     for name in args.fixtures:

@@ -41,7 +41,7 @@ def record_seconds(calls: int = 300) -> float:
 
 def main(args: list[str]) -> int:
     workers = [int(a) for a in args] or [1, 2, 4, 8, 16, 32]
-    print(f"CPU: {environment.cpu_model()}; flags: {', '.join(environment.cpu_flags()) or 'none of note'}")
+    print(environment.machine_line())
     record_s = record_seconds()
     print(f"record time: {record_s * 1e3:.3f} ms measured here (the sleep asks {RECORD_S * 1e3:.3f} ms)")
     workdir = Path(tempfile.mkdtemp(prefix="steady-"))

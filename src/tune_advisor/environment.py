@@ -36,6 +36,19 @@ def cpu_flags() -> list[str]:
     return []
 
 
+def machine_line(device: str = "cpu", saved: dict[str, Any] | None = None) -> str:
+    """What a benchmark prints beside its figures: the CPU model and the flags that decide bf16, and the device
+    where it is not the CPU. `saved`: a results.json `environment` to describe instead of this machine."""
+    if saved is not None:
+        cpu, flags, device = saved.get("cpu_model"), saved.get("cpu_flags") or [], saved.get("device") or "cpu"
+        name = saved.get("device_name")
+    else:
+        cpu, flags = cpu_model(), cpu_flags()
+        name = collect(device).get("device_name") if device != "cpu" else None
+    line = f"CPU: {cpu}; flags: {', '.join(flags) or 'none of note'}"
+    return line if device == "cpu" else f"{line}\ndevice: {name or device}"
+
+
 def usable_cores() -> int:
     """The cores this process may run on (its affinity mask: a container or `taskset` can give fewer than the
     machine has), where loader workers and the training threads share the CPU."""

@@ -32,6 +32,8 @@ def test_durations_sizes_paths_and_lists_are_normalised():
     ({"ray_address": "auto"}, "--ray-address needs --executor ray"),
     ({"budget": "soon"}, "'soon' is not a duration"),
     ({"max_memory": "lots"}, "'lots' is not a memory size"),
+    ({"session_drift": -0.05}, "--session-drift -0.05: expected how far this machine's level moves"),
+    ({"session_drift": 7.4}, "--session-drift 7.4: expected .* log sd, from 0"),
 ])
 def test_a_bad_option_is_a_usage_error_when_the_options_are_made(options, message):
     with pytest.raises(UsageError, match=message):

@@ -38,6 +38,23 @@ def test_pyproject_defaults_map_to_each_command(tmp_path):
                                    "probe": {"probe_timeout": "60s"}}
 
 
+def test_a_machine_s_drift_between_sessions_may_be_set_in_pyproject_for_analyze(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from tune_advisor.cli import app
+    from tune_advisor.cli.config import default_map
+
+    (tmp_path / "pyproject.toml").write_text('[tool.tune-advisor]\nsession-drift = 1.5\n')
+    assert default_map(tmp_path) == {"analyze": {"session_drift": 1.5}}
+    # a value no machine can have is refused before any probe runs, from the file as from the flag
+    (tmp_path / "model.py").write_text("def build_model(): ...\ndef build_dataset(): ...\n")
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["analyze", "model.py"])
+    assert result.exit_code == 2 and "--session-drift 1.5: expected" in result.output
+    result = CliRunner().invoke(app, ["analyze", "model.py", "--session-drift", "-1"])
+    assert result.exit_code == 2 and "--session-drift -1.0: expected" in result.output
+
+
 def test_pyproject_with_an_unknown_key_is_a_usage_error(tmp_path):
     from tune_advisor.cli.config import default_map
 

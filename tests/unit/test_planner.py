@@ -1909,3 +1909,23 @@ def test_a_precision_knob_is_judged_on_the_dense_share_at_the_current_batch_not_
         i for i, c in enumerate(backend.calls) if c["amp"] == "bf16")
     assert any(d.startswith("amp: kept amp=bf16") for d in outcome.decisions)
     assert outcome.recommended.settings["amp"] == "bf16" and outcome.recommended.settings["batch_size"] == 256
+
+
+def test_a_session_made_with_a_drift_between_sessions_gives_it_to_every_figure():
+    # GIVEN a run planned on a machine whose user set how far its level moves between runs (--session-drift)
+    from .planning import CNN
+
+    figures_of = {}
+    for drift in (None, 0.02):
+        clock = FakeClock()
+        session = Session(FakeBackend(cnn_rate, jitter=0.02, clock=clock), clock=clock, session_drift=drift)
+        ctx = PlanContext(baseline=knobs.full_settings({"batch_size": 16}), search={}, workload=CNN, device=CPU)
+        outcome = plan(ctx, session, "adaptive")
+        figures_of[drift] = session.figures(outcome.baseline.settings, outcome.recommended.settings,
+                                            outcome.speedup)
+    # THEN its figures carry that drift, say so, and are narrower than with the default
+    for side in ("baseline", "recommended"):
+        default, quiet = figures_of[None][side], figures_of[0.02][side]
+        assert "a drift between sessions of 2.0% (log sd, set by --session-drift)" in quiet["interval"]
+        assert "measured on shared cloud machines" in default["interval"]
+        assert quiet["ci_high"] / quiet["ci_low"] < default["ci_high"] / default["ci_low"]

@@ -190,8 +190,8 @@ def between_for_coverage(deviations: Sequence[float], halves: Sequence[float], c
     sqrt(max(0, deviation² - half²)) / Z95, and the answer their ceil((n + 1) × coverage)-th smallest.
 
     A level estimated by moments assumes the shifts between sessions are normal; on shared machines they are
-    heavy-tailed (most sessions move a few %, a few jump 20-40% when a neighbour arrives), so an interval built on
-    a normal level covers fewer than it says. The conformal quantile holds its coverage on new sessions like the
+    heavy-tailed (most sessions move a few %, a few jump 15-40%), so an interval built on a normal level covers
+    fewer than it says. The conformal quantile holds its coverage on new sessions like the
     calibration's, whatever the shape. Infinite when n is too small to reach `coverage`; NaN for no values."""
     d, h = np.abs(np.asarray(deviations, dtype=float)), np.asarray(halves, dtype=float)
     if d.size == 0:

@@ -255,7 +255,8 @@ def _session(record: RunRecord, backend: ProbeBackend, specs: ProbeSpecs, budget
     # The budget ends when the last file is written: the planner stops where rules and reports still fit.
     planning_s = None if budget_s is None else max(0.0, budget_s - FINISH_RESERVE_S)
     session = Session(backend, planning_s, on_probe=recorded, started=started,
-                      finished=[(result, elapsed) for result, elapsed, _ in finished], make_spec=specs)
+                      finished=[(result, elapsed) for result, elapsed, _ in finished], make_spec=specs,
+                      session_drift=specs.options.session_drift)
     return session
 
 

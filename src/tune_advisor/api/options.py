@@ -55,7 +55,8 @@ class AnalyzeOptions:
     (`ray_address`: the cluster to join). `resume`: continue the interrupted run in `out`, reusing its finished
     probes. `script_args`: a plain script's arguments (after `--`); `maps`: its flags that set knobs (`--map`
     specs, or pyproject's knob -> FLAG[:VALUE] table), held as {knob: FlagMap}; `script_cwd`: the folder the script
-    runs in (None: a scratch folder per probe). See docs/script-mode.md.
+    runs in (None: a scratch folder per probe). See docs/script-mode.md. `session_drift`: the log sd of the
+    machine's level between runs that every figure's interval carries (None: figures.SESSION_DRIFT).
     """
 
     out: Path | str | None = None
@@ -80,6 +81,7 @@ class AnalyzeOptions:
     script_args: Sequence[str] | None = None
     maps: Sequence[str] | Mapping[str, str] | None = None
     script_cwd: Path | str | None = None
+    session_drift: float | None = None
 
     def __post_init__(self):
         if self.strategy not in STRATEGIES:
@@ -89,6 +91,9 @@ class AnalyzeOptions:
         if unknown:
             raise UsageError(f"--knobs {','.join(unknown)}: no such knob; the knobs are {', '.join(knobs.KNOBS)}")
         executors.check(self.executor, self.ray_address)
+        if self.session_drift is not None and not 0 <= self.session_drift < 1:
+            raise UsageError(f"--session-drift {self.session_drift}: expected how far this machine's level moves "
+                             "between runs as a log sd, from 0 (it never moves) to below 1 (e.g. 0.074)")
         normal = {"budget": parse_duration(self.budget), "probe_timeout": parse_duration(self.probe_timeout),
                   "max_memory": parse_bytes(self.max_memory), "out": None if self.out is None else Path(self.out),
                   "protocol": self.protocol or Protocol(),

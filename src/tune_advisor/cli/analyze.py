@@ -115,6 +115,10 @@ def command(
     resume: bool = typer.Option(False, "--resume", help="Continue the interrupted run in the output folder: its "
                                                         "finished probes are reused, not run again (refused when "
                                                         "the workload file, settings or hardware changed)."),
+    session_drift: Optional[float] = typer.Option(
+        None, help="How far this machine's speed moves from one run to the next, minutes to hours apart (log sd), "
+                   "which every throughput figure's interval carries [default: 0.074, calibrated on shared cloud "
+                   "machines; benchmarks/session_drift.py measures a machine's own]."),
     json_out: bool = typer.Option(False, "--json", help="Print results.json to stdout when done."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors (and --json output)."),
 ) -> None:
@@ -126,7 +130,7 @@ def command(
         only_knobs=[k.strip() for item in only_knobs or [] for k in item.split(",") if k.strip()] or None,
         select=select, ignore=ignore, profile=profile, command=command_line(), nproc_per_node=nproc_per_node,
         nnodes=nnodes, rdzv_endpoint=rdzv_endpoint, executor=executor, ray_address=ray_address, resume=resume,
-        script_args=script_args, maps=_maps(flag_map), script_cwd=script_cwd)
+        script_args=script_args, maps=_maps(flag_map), script_cwd=script_cwd, session_drift=session_drift)
     live = LiveOutput(file, options.budget, show=not (quiet or json_out), quiet=quiet)
 
     def second_ctrl_c_exits(signum, frame):  # the first Ctrl-C stops the probe and saves; a second exits at once

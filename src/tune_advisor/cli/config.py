@@ -23,6 +23,8 @@ CONFIGURABLE = {
     "check": ("gate",), "baseline": ("gate",), "rounds": ("gate", "baseline"),
     # Script mode: [tool.tune-advisor.map], knob -> "FLAG[:VALUE]" (the --map option), and the script's folder.
     "map": ("analyze",), "script_cwd": ("analyze",),
+    # How far the machine's level moves between runs, carried by every figure (figures.SESSION_DRIFT's default).
+    "session_drift": ("analyze",),
 }
 PARAMETER = {"map": "flag_map"}  # where the option's parameter has another name than its key
 

@@ -87,27 +87,31 @@ def _kind(probes: list[ProbeResult], *settings: dict[str, Any]) -> tuple[list[li
     return [runs(probes, s, paired=True) for s in settings], "beside a partner"
 
 
-def _drift_text(drifts: tuple[float, int], own: bool) -> str:
-    """What a figure's spread is (`spread`, and SESSION_DRIFT), for its interval's label."""
+def _drift_text(drifts: tuple[float, int], own: bool, between: float) -> str:
+    """What a figure's spread is (`spread`, and the drift between sessions), for its interval's label."""
     if not own:
         within = (f"the drift between runs from every repeated setting, alone or beside one partner ({drifts[1]} "
                   "degrees of freedom)")
     else:
         within = (f"the drift between this setting's own runs, wider than the other settings' ({drifts[1]} "
                   "degrees of freedom)")
-    return (f"{within} and a drift between sessions of {SESSION_DRIFT:.1%} (log sd, measured on shared cloud "
-            "machines)")
+    if not between:
+        return f"{within}, and no drift between sessions (--session-drift 0)"
+    source = "measured on shared cloud machines" if between == SESSION_DRIFT else "set by --session-drift"
+    return f"{within} and a drift between sessions of {between:.1%} (log sd, {source})"
 
 
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'s' if n != 1 else ''}"
 
 
-def figure(probes: list[ProbeResult], settings: dict[str, Any], unit: str = "samples/s") -> dict[str, Any] | None:
+def figure(probes: list[ProbeResult], settings: dict[str, Any], unit: str = "samples/s",
+           between: float | None = None) -> dict[str, Any] | None:
     """The throughput a report prints for `settings` on their own: the geometric mean of their runs of one kind
     (`_kind`) and the 95% prediction interval of one more run (`stats.prediction_interval`), its spread from
-    every setting run more than once (`spread`) and the drift between sessions (SESSION_DRIFT); with no repeated
-    run at all, the one window's CI, labelled as such. None without a measured run."""
+    every setting run more than once (`spread`) and the drift between sessions (`between`, default
+    SESSION_DRIFT); with no repeated run at all, the one window's CI, labelled as such. None without a measured run."""
+    between = SESSION_DRIFT if between is None else between
     (own,), kind = _kind(probes, settings)
     if not own:
         return None
@@ -116,15 +120,15 @@ def figure(probes: list[ProbeResult], settings: dict[str, Any], unit: str = "sam
         median, low, high = own[0].throughput()
         interval = f"95% CI within one measured window ({own[0].id}, {kind}): a re-run may fall outside it"
     else:
-        median, low, high = stats.prediction_interval([window_rate(p) for p in own], drifts, SESSION_DRIFT)
+        median, low, high = stats.prediction_interval([window_rate(p) for p in own], drifts, between)
         interval = (f"95% prediction interval of one more run, from {_plural(len(own), 'run')} ({kind}), "
-                    f"{_drift_text(drifts, own_spread)}")
+                    f"{_drift_text(drifts, own_spread, between)}")
     return {"median": median, "ci_low": low, "ci_high": high, "unit": unit, "interval": interval,
             "runs": [p.id for p in own]}
 
 
 def figures(probes: list[ProbeResult], base: dict[str, Any], rec: dict[str, Any], speedup: dict[str, Any] | None,
-            unit: str = "samples/s") -> dict[str, dict[str, Any] | None]:
+            unit: str = "samples/s", between: float | None = None) -> dict[str, dict[str, Any] | None]:
     """The baseline's and the recommendation's figures, on one level: the recommendation's is the baseline's
     times the confirmed speedup, so the report's two throughputs and its headline speedup agree.
 
@@ -133,16 +137,18 @@ def figures(probes: list[ProbeResult], base: dict[str, Any], rec: dict[str, Any]
     beside a confirmed 1.08x. The level pools the runs of both settings (of one kind), the recommendation's
     divided by the speedup: more runs, spread over the whole run, so the drift weighs less. The
     recommendation's interval also carries the speedup's CI. Without a confirmed speedup, with a recommendation
-    that keeps the baseline, or with no repeated run to take a spread from, each has its own `figure`."""
+    that keeps the baseline, or with no repeated run to take a spread from, each has its own `figure`. `between`:
+    as `figure`'s."""
+    between = SESSION_DRIFT if between is None else between
     ratio = as_float((speedup or {}).get("median"))
     (base_drift, base_own), (rec_drift, rec_own) = spread(probes, base), spread(probes, rec)
     (own_base, own_rec), kind = _kind(probes, base, rec)
     if base == rec or not ratio > 0 or not math.isfinite(ratio) or base_drift[1] == 0 or not (own_base or own_rec):
-        return {"baseline": figure(probes, base, unit), "recommended": figure(probes, rec, unit)}
+        return {"baseline": figure(probes, base, unit, between), "recommended": figure(probes, rec, unit, between)}
     pooled = own_base + own_rec
     rates = [window_rate(p) for p in own_base] + [window_rate(p) / ratio for p in own_rec]
-    level, low, high = stats.prediction_interval(rates, base_drift, SESSION_DRIFT)
-    _, _, rec_high = stats.prediction_interval(rates, rec_drift, SESSION_DRIFT)
+    level, low, high = stats.prediction_interval(rates, base_drift, between)
+    _, _, rec_high = stats.prediction_interval(rates, rec_drift, between)
     edges = [as_float(speedup.get(k)) for k in ("ci_low", "ci_high")]
     carried = max([abs(math.log(e / ratio)) for e in edges if e > 0 and math.isfinite(e)], default=0.0)
     rec_half = math.hypot(math.log(rec_high / level), carried)
@@ -150,13 +156,13 @@ def figures(probes: list[ProbeResult], base: dict[str, Any], rec: dict[str, Any]
               f"recommendation divided by the confirmed speedup ({kind})")
     base_figure = {"median": level, "ci_low": low, "ci_high": high, "unit": unit,
                    "interval": (f"95% prediction interval of one more run, from {source}, "
-                                f"{_drift_text(base_drift, base_own)}"),
+                                f"{_drift_text(base_drift, base_own, between)}"),
                    "runs": [p.id for p in pooled]}
     rec_figure = {"median": level * ratio, "ci_low": level * ratio * math.exp(-rec_half),
                   "ci_high": level * ratio * math.exp(rec_half), "unit": unit,
                   "interval": (f"the baseline's level times the confirmed speedup ({ratio:.2f}x): 95% prediction "
                                f"interval of one more run, from {source}, "
-                               f"{_drift_text(rec_drift, rec_own)}, widened by the speedup's CI"),
+                               f"{_drift_text(rec_drift, rec_own, between)}, widened by the speedup's CI"),
                   "runs": [p.id for p in pooled]}
     return {"baseline": base_figure, "recommended": rec_figure}
 
@@ -166,9 +172,11 @@ def as_float(x: Any) -> float:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else float("nan")
 
 
-def of_document(document: dict[str, Any]) -> dict[str, dict[str, Any] | None]:
-    """A saved run's figures worked out again from its own probes, speedup and settings (nothing re-measured)."""
+def of_document(document: dict[str, Any], between: float | None = None) -> dict[str, dict[str, Any] | None]:
+    """A saved run's figures worked out again from its own probes, speedup and settings (nothing re-measured);
+    `between`: as `figure`'s."""
     probes = [ProbeResult.from_dict(p) for p in document.get("probes") or []]
     base, rec = (document.get(side) or {} for side in ("baseline", "recommended"))
     unit = (base.get("throughput") or {}).get("unit") or "samples/s"
-    return figures(probes, base.get("settings") or {}, rec.get("settings") or {}, document.get("speedup"), unit)
+    return figures(probes, base.get("settings") or {}, rec.get("settings") or {}, document.get("speedup"), unit,
+                   between)

@@ -58,8 +58,9 @@ class Session(Comparisons):
     def __init__(self, backend: ProbeBackend, budget_s: float | None = None,
                  on_probe: Callable[[ProbeResult], None] | None = None, clock: Callable[[], float] = time.monotonic,
                  started: float | None = None, finished: list[tuple[ProbeResult, float]] | None = None,
-                 make_spec: SpecMaker = bare_spec):
+                 make_spec: SpecMaker = bare_spec, session_drift: float | None = None):
         self.backend, self.make_spec = backend, make_spec
+        self.session_drift = session_drift  # the figures' drift between sessions (None: figures.SESSION_DRIFT)
         self.budget_s, self.on_probe, self.clock = budget_s, on_probe, clock
         self.started = clock() if started is None else started
         self._replay = list(finished or [])
@@ -321,12 +322,12 @@ class Session(Comparisons):
 
     def figure(self, settings: dict[str, Any], unit: str = "samples/s") -> dict[str, Any] | None:
         """The throughput a report prints for `settings` on their own (`figures.figure`)."""
-        return figures.figure(self.probes, settings, unit)
+        return figures.figure(self.probes, settings, unit, self.session_drift)
 
     def figures(self, base: dict[str, Any], rec: dict[str, Any], speedup: dict[str, Any] | None,
                 unit: str = "samples/s") -> dict[str, dict[str, Any] | None]:
         """The baseline's and the recommendation's figures on one level (`figures.figures`)."""
-        return figures.figures(self.probes, base, rec, speedup, unit)
+        return figures.figures(self.probes, base, rec, speedup, unit, self.session_drift)
 
     def drift(self) -> tuple[float, int]:
         """The run-to-run spread of throughput over this session's probes (`figures.drift`)."""
