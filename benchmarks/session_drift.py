@@ -113,20 +113,24 @@ def main(argv: list[str]) -> int:
     held = 0
     for run, own in by_run.items():
         others = [r for r in rows if r["benchmark"] != run]
-        level = calibrate(others, args.coverage) if others else float("nan")
-        held_here = inside(own, level) if others else 0
-        held += held_here
         n = len(own)
+        if others:
+            level = calibrate(others, args.coverage)
+            held_here = inside(own, level)
+            held += held_here
+            left_out = f"{level:>21.3f} {f'{held_here}/{n}':>15}"
+        else:
+            left_out = f"{'-':>21} {'-':>15}"
         print(f"{run:<22} {len({r['analysis'] for r in own}):>8} {n:>11} {inside(own, 0.0):>16} "
-              f"{inside(own, committed):>10} {calibrate(own, args.coverage):>9.3f} {level:>21.3f} "
-              f"{f'{held_here}/{n}':>15}")
+              f"{inside(own, committed):>10} {calibrate(own, args.coverage):>9.3f} {left_out}")
     n = len(rows)
     level = calibrate(rows, args.coverage)
     print(f"all {len(by_run)} runs, {len({(r['benchmark'], r['analysis']) for r in rows})} analyses, {n} "
           f"re-measures: inside without a level {inside(rows, 0.0)}/{n}; at SESSION_DRIFT {committed:.3f} "
           f"{inside(rows, committed)}/{n}")
-    print(f"level for {args.coverage:.0%} coverage: {level:.4f} (log sd); leaving one run out at a time, the left-out "
-          f"runs hold {held}/{n} ({held / n:.1%})")
+    loso = (f"; leaving one run out at a time, the left-out runs hold {held}/{n} ({held / n:.1%})"
+            if len(by_run) > 1 else "")
+    print(f"level for {args.coverage:.0%} coverage: {level:.4f} (log sd){loso}")
     return 0
 
 
