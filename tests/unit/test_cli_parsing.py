@@ -38,20 +38,28 @@ def test_pyproject_defaults_map_to_each_command(tmp_path):
                                    "probe": {"probe_timeout": "60s"}}
 
 
-def test_a_machine_s_drift_between_sessions_may_be_set_in_pyproject_for_analyze(tmp_path, monkeypatch):
+def _project(tmp_path, monkeypatch, table: str):
+    """A project whose pyproject's [tool.tune-advisor] holds `table`, with a minimal workload, as the working
+    folder; returns the CLI invoked there."""
     from typer.testing import CliRunner
 
     from tune_advisor.cli import app
-    from tune_advisor.cli.config import default_map
 
-    (tmp_path / "pyproject.toml").write_text('[tool.tune-advisor]\nsession-drift = 1.5\n')
-    assert default_map(tmp_path) == {"analyze": {"session_drift": 1.5}}
-    # a value no machine can have is refused before any probe runs, from the file as from the flag
+    (tmp_path / "pyproject.toml").write_text(f"[tool.tune-advisor]\n{table}\n")
     (tmp_path / "model.py").write_text("def build_model(): ...\ndef build_dataset(): ...\n")
     monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(app, ["analyze", "model.py"])
+    return lambda *args: CliRunner().invoke(app, list(args))
+
+
+def test_a_machine_s_drift_between_sessions_may_be_set_in_pyproject_for_analyze(tmp_path, monkeypatch):
+    from tune_advisor.cli.config import default_map
+
+    cli = _project(tmp_path, monkeypatch, "session-drift = 1.5")
+    assert default_map(tmp_path) == {"analyze": {"session_drift": 1.5}}
+    # a value no machine can have is refused before any probe runs, from the file as from the flag
+    result = cli("analyze", "model.py")
     assert result.exit_code == 2 and "--session-drift 1.5: expected" in result.output
-    result = CliRunner().invoke(app, ["analyze", "model.py", "--session-drift", "-1"])
+    result = cli("analyze", "model.py", "--session-drift", "-1")
     assert result.exit_code == 2 and "--session-drift -1.0: expected" in result.output
 
 
@@ -64,17 +72,11 @@ def test_pyproject_with_an_unknown_key_is_a_usage_error(tmp_path):
 
 
 def test_pyproject_defaults_apply_and_flags_win(tmp_path, monkeypatch):
-    from typer.testing import CliRunner
-
-    from tune_advisor.cli import app
-
     # GIVEN a project whose pyproject asks for a device this tool does not know
-    (tmp_path / "pyproject.toml").write_text('[tool.tune-advisor]\ndevice = "tpu"\n')
-    (tmp_path / "model.py").write_text("def build_model(): ...\ndef build_dataset(): ...\n")
-    monkeypatch.chdir(tmp_path)
+    cli = _project(tmp_path, monkeypatch, 'device = "tpu"')
     # WHEN no --device is given, the pyproject value is used
-    result = CliRunner().invoke(app, ["probe", "model.py"])
+    result = cli("probe", "model.py")
     assert result.exit_code == 2 and "--device tpu: expected auto, cpu, cuda" in result.output
     # WHEN --device is given, it wins
-    result = CliRunner().invoke(app, ["probe", "model.py", "--device", "xpu"])
+    result = cli("probe", "model.py", "--device", "xpu")
     assert result.exit_code == 2 and "--device xpu:" in result.output
