@@ -165,7 +165,7 @@ def test_a_level_calibrated_for_coverage_holds_it_on_new_heavy_tailed_shifts_whe
     rng = np.random.default_rng(3)
 
     def sessions(n):
-        # most sessions move a little, one in eight jumps by 25% (a neighbour arrives): heavy tails
+        # most sessions move a little, one in eight jumps by 25%: heavy tails
         shift = np.where(rng.random(n) < 0.125, rng.choice([-0.25, 0.25], n), rng.normal(0, 0.02, n))
         return shift + rng.normal(0, 0.03, n), np.full(n, 1.96 * 0.03)  # deviations, within-run half-widths
 
