@@ -3,7 +3,9 @@
 For each fixture: two fresh analyses (their own output folders), then the baseline and recommended settings of
 each run re-measured in REMEASURES rounds (up to MAX_REMEASURES while the ratio's CI is wider than ±5%) of two
 separate fresh probes (baseline and recommended, who goes first alternating, so the machine's drift hits both
-alike). Prints per fixture:
+alike), each a new Python process as the user's training is (TUNE_ADVISOR_NO_ZYGOTE): children forked from one
+zygote share its memory layout, which set tiny_batch_mlp's baseline ~15% apart from one zygote to another
+(planner/confirm.py). Prints per fixture:
   (a) inside: the share of re-measures of a run's baseline and recommended settings that fall inside the interval
       that run printed for those settings (results.json `figures`) — target >= 90% over all fixtures;
   (b) agree: whether the two runs chose the same settings, or settings whose figures lie in each other's interval;
@@ -29,9 +31,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 from tune_advisor import api, environment, knobs
 from tune_advisor.analysis import stats
@@ -52,19 +56,20 @@ def remeasure(path: Path, base: dict, rec: dict, workdir: Path, precision: float
     of fresh probes of `base` and `rec` (the default protocol, as analyze's baseline), who goes first alternating;
     a round with a failed probe is left out whole."""
     base_rates, rec_rates = [], []
-    for i in range(most):
-        if i >= REMEASURES and base == rec:
-            break
-        if i >= REMEASURES and _precise(base_rates, rec_rates, precision):
-            break
-        order = (base, rec) if i % 2 == 0 else (rec, base)
-        got = {}
-        for settings in order:
-            _, result = api.probe(path, settings, device=device, protocol=Protocol(), workdir=workdir)
-            got[settings is rec] = result.throughput()[0] if result.ok else None
-        if None not in got.values():
-            base_rates.append(got[False])
-            rec_rates.append(got[True])
+    with mock.patch.dict(os.environ, TUNE_ADVISOR_NO_ZYGOTE="1"):  # each probe a new process: a layout of its own
+        for i in range(most):
+            if i >= REMEASURES and base == rec:
+                break
+            if i >= REMEASURES and _precise(base_rates, rec_rates, precision):
+                break
+            order = (base, rec) if i % 2 == 0 else (rec, base)
+            got = {}
+            for settings in order:
+                _, result = api.probe(path, settings, device=device, protocol=Protocol(), workdir=workdir)
+                got[settings is rec] = result.throughput()[0] if result.ok else None
+            if None not in got.values():
+                base_rates.append(got[False])
+                rec_rates.append(got[True])
     return base_rates, rec_rates
 
 

@@ -45,6 +45,7 @@ class FakeBackend:
         self.moment = moment or (lambda settings, role: 1.0)
         self.order = order or (lambda settings, first: 1.0)
         self.clock, self.can_pair, self.pair_memory_bytes, self.width = clock, can_pair, pair_memory_bytes, width
+        self.fresh_parent_s = 0.0  # no parent process to start
         self.calls: list[dict[str, Any]] = []
         self.specs: list[ProbeSpec] = []  # every spec run, in order
         self.pairs: list[tuple[str, str]] = []  # probe ids measured together

@@ -149,3 +149,24 @@ def test_a_loader_fed_probe_measures_whole_epochs(tmp_path):
     n = len(result.step_s)
     assert result.status is Status.OK and result.extra["epoch_steps"] == 16
     assert n % 16 == 0 and len(result.extra["epoch_start_steps"]) == n // 16
+
+
+def test_a_probe_that_asks_for_a_fresh_parent_forks_from_a_new_zygote(tmp_path):
+    from tune_advisor import knobs
+    from tune_advisor.probe import runner
+    from tune_advisor.probe.spec import ProbeSpec
+
+    def spec(name, fresh):
+        return ProbeSpec(id=name, workload=str(WORKLOADS / "tiny_mlp.py"), settings=knobs.full_settings({}),
+                         protocol=FAST, fresh_parent=fresh)
+
+    # GIVEN a zygote that has forked one probe's child
+    assert runner.run_probe(spec("p1", False), tmp_path).status is Status.OK
+    served = runner._zygotes[0]
+    # WHEN a second probe runs as usual, THEN it forks from that same zygote
+    assert runner.run_probe(spec("p2", False), tmp_path).status is Status.OK
+    assert runner._zygotes[0] is served
+    # WHEN a third asks for a fresh parent (as each of the confirmation's probes does), THEN a new zygote forks it
+    # and the old one has ended: its memory layout, which its children share, is drawn anew
+    assert runner.run_probe(spec("p3", True), tmp_path).status is Status.OK
+    assert runner._zygotes[0] is not served and served.proc.poll() is not None

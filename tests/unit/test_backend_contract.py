@@ -64,6 +64,7 @@ def test_it_says_how_many_probes_it_runs_at_once_whether_it_pairs_and_in_how_muc
     assert isinstance(backend.width, int) and backend.width >= 1
     assert isinstance(backend.can_pair, bool)
     assert backend.pair_memory_bytes is None or backend.pair_memory_bytes > 0
+    assert isinstance(backend.fresh_parent_s, float) and backend.fresh_parent_s >= 0  # what a new zygote costs
 
 
 @pytest.mark.parametrize("kind", sorted(set(KINDS) - set(PAIRS)))

@@ -1430,6 +1430,31 @@ def test_a_confirmation_stops_only_when_the_interval_it_states_is_precise():
     assert _precise(session, steady, steady[0][0], steady[0][1], timed=False)
 
 
+def test_every_probe_of_the_confirmation_forks_from_a_new_parent_and_no_probe_of_the_search_does():
+    # GIVEN a plan whose winner is confirmed in lockstep rounds, then each of the two alone
+    outcome, backend = run_plan(cnn_rate, lockstep=True)
+    confirmation = {p.id for p in outcome.probes if p.role.startswith("confirm:")}
+    # THEN both sides of every round and both runs alone asked for a new parent (ProbeSpec.fresh_parent): a zygote's
+    # children share its layout, a draw the headline's rounds must average rather than inherit; the search did not
+    assert {"confirm:baseline", "confirm:recommended", "confirm:alone:baseline", "confirm:alone:recommended"} == {
+        p.role for p in outcome.probes if p.id in confirmation}
+    assert {s.id for s in backend.specs if s.fresh_parent} == confirmation
+
+
+def test_the_confirmation_reserves_the_start_of_each_of_its_probes_new_parents():
+    from tune_advisor.planner.confirm import CONFIRM_ALONE, CONFIRM_MIN_ROUNDS, reserve_s
+
+    # GIVEN a baseline and a winner measured, on a backend whose new parent takes 3 s to start
+    backend = FakeBackend(lambda s: 1000.0 * s["batch_size"] / 16, can_pair=True, clock=FakeClock())
+    session = Session(backend, 600, clock=backend.clock)
+    base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
+    best = session.run(knobs.full_settings({"batch_size": 32}), "grid")
+    free = reserve_s(session, base, best)
+    backend.fresh_parent_s = 3.0
+    # THEN what the confirmation keeps back grows by one start for each side of its least rounds and each run alone
+    assert reserve_s(session, base, best) - free == pytest.approx(3.0 * 2 * (CONFIRM_MIN_ROUNDS + CONFIRM_ALONE))
+
+
 def test_a_confirmation_whose_rounds_agree_stops_at_three():
     # rounds within 2% of each other: the CI is within ±5% after three, and no more are run
     outcome, _ = run_plan(cnn_rate)

@@ -11,7 +11,7 @@ from ..collectors import cuda_memory
 from ..probe import lockstep
 from ..probe.backend import Job
 from ..probe.result import ProbeResult
-from ..probe.runner import run_probe
+from ..probe.runner import ZYGOTE_START_S, run_probe
 from ..probe.spec import ProbeSpec
 
 
@@ -33,6 +33,7 @@ class LocalBackend:
 
     width = 1
     can_pair = True
+    fresh_parent_s = ZYGOTE_START_S
 
     def __init__(self, workdir: Path, pair_memory_bytes: int | None = None):
         self.workdir, self.pair_memory_bytes = Path(workdir), pair_memory_bytes
@@ -59,6 +60,7 @@ class TorchrunBackend(LocalBackend):
     lockstep passes its baton to one child process, not to a job of several ranks."""
 
     can_pair = False
+    fresh_parent_s = 0.0  # torchrun starts a new process for every probe anyway
 
     def __init__(self, workdir: Path):
         super().__init__(workdir, pair_memory_bytes=None)

@@ -18,6 +18,7 @@ from typing import Iterator
 from ..errors import UsageError
 from ..probe.backend import Job
 from ..probe.result import ProbeResult, Status
+from ..probe.runner import ZYGOTE_START_S
 from ..probe.spec import ProbeSpec
 
 INSTALL_HINT = "pip install 'tune-advisor[ray]'"
@@ -46,6 +47,7 @@ class RayBackend:
 
     can_pair = False
     pair_memory_bytes = None
+    fresh_parent_s = ZYGOTE_START_S  # each task runs its probe as a local child (probe/runner.py) on its node
 
     def __init__(self, address: str | None, device: str, workdir: Path):
         try:

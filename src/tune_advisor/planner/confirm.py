@@ -82,6 +82,15 @@ CONFIRM_SPAN_SHARE = 0.2
 # many (by chance 2 in C(2n, n): 1 in 126 at five and five), the interval is widened to hold both halves' centres
 # and a note says so: the protocol itself, not the machine, then decides where the figure lands.
 FIRST_MOVER_MIN_ROUNDS = 5
+# Each probe of the confirmation forks from a zygote started for it (ProbeSpec.fresh_parent). A zygote's children
+# share its memory layout, and that can set a setting's level: on tiny_batch_mlp's baseline (batch 4: AdamW's
+# 16 MB temporaries freed and faulted in again each step) the children of one zygote read 29-32 ms a step while
+# those of the other read 25-26, in each of three processes (AMD EPYC, 2026-11-28); with address-space
+# randomisation off, 25.9 and 25.0. The planner forks the first mover from slot 0, so its confirmations split by
+# who went first (the baseline at ~157 samples/s first, ~133 second; ~163 alone) and four of four read their
+# headline 9-17% above the re-measure in fresh processes. A new zygote per probe makes a zygote's layout one more
+# draw that the rounds average and their CI counts. Its cost, importing torch (2.1 s on 2 cores), is paid before
+# each pair starts (`backend.fresh_parent_s`).
 
 
 def confirm(session, base: ProbeResult, winner: ProbeResult,
@@ -116,7 +125,7 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
                 _spanned(session, started) or not _affords_round(session, base, winner, turn, grace=False)):
             break
         a, b = session.duel(base, winner, ("confirm:baseline", "confirm:recommended"), first=i % 2,
-                            window_s=CONFIRM_TURN_WINDOW_S, turn_s=CONFIRM_TURN_S if timed else None)
+                            window_s=CONFIRM_TURN_WINDOW_S, turn_s=CONFIRM_TURN_S if timed else None, fresh=True)
         rounds.append((a, b))
         if not (a.ok and b.ok):
             break
@@ -158,9 +167,10 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
     for settings, role in ((winner.settings, "confirm:alone:recommended"), (base.settings, "confirm:alone:baseline")):
         for _ in range(CONFIRM_ALONE):
             left = session.time_left(role)
-            if left is not None and left < plain_wall(winner if settings == winner.settings else base):
+            needed = plain_wall(winner if settings == winner.settings else base) + session.fresh_parent_s
+            if left is not None and left < needed:
                 break
-            alone = session.run(settings, role, reuse=False)
+            alone = session.run(settings, role, reuse=False, fresh=True)
             speedup["probes"].append(alone.id)
     if not (median >= 1 + MIN_GAIN and low > 1.0):
         notes.append(f"the confirmation measured {median:.2f}x [{low:.2f}, {high:.2f}] for "
@@ -196,7 +206,7 @@ def reserve_s(session, base: ProbeResult, best: ProbeResult) -> float:
     each side's window capped) and the runs alone, predicted from the two probes' own wall times."""
     turn, _ = _kind(session, base, best)
     least = CONFIRM_MIN_ROUNDS_IN_TURN if turn else CONFIRM_MIN_ROUNDS
-    return least * _round_s(base, best, turn) + CONFIRM_ALONE * (plain_wall(base) + plain_wall(best))
+    return least * _round_s(session, base, best, turn) + _alone_s(session, base, best)
 
 
 def _kind(session, base: ProbeResult, winner: ProbeResult) -> tuple[bool, bool]:
@@ -207,11 +217,16 @@ def _kind(session, base: ProbeResult, winner: ProbeResult) -> tuple[bool, bool]:
     return not pairs, pairs and step_ratio(base, winner) > LOCKSTEP_MAX_STEP_RATIO
 
 
-def _round_s(base: ProbeResult, winner: ProbeResult, turn: bool) -> float:
-    """One round's wall time: both probes' (lockstep sides overlap, so this is generous there); in turn, with each
-    window cut to CONFIRM_TURN_WINDOW_S."""
+def _alone_s(session, base: ProbeResult, winner: ProbeResult) -> float:
+    """The runs alone after the rounds (CONFIRM_ALONE of each, each from a new zygote)."""
+    return CONFIRM_ALONE * (plain_wall(base) + plain_wall(winner) + 2 * session.fresh_parent_s)
+
+
+def _round_s(session, base: ProbeResult, winner: ProbeResult, turn: bool) -> float:
+    """One round's wall time: both probes' (lockstep sides overlap, so this is generous there) and their new
+    zygotes'; in turn, with each window cut to CONFIRM_TURN_WINDOW_S."""
     cut = [max(0.0, sum(p.step_s) - CONFIRM_TURN_WINDOW_S) if turn else 0.0 for p in (base, winner)]
-    return plain_wall(base) + plain_wall(winner) - sum(cut)
+    return plain_wall(base) + plain_wall(winner) - sum(cut) + 2 * session.fresh_parent_s
 
 
 def speedup_interval(session, rounds: list[tuple[ProbeResult, ProbeResult]], base: ProbeResult,
@@ -272,7 +287,7 @@ def _affords_round(session, base: ProbeResult, winner: ProbeResult, turn: bool, 
     left = session.time_left("confirm:baseline")
     if left is not None and not grace:
         left -= session.budget_s * CONFIRM_GRACE
-    needed = _round_s(base, winner, turn) + CONFIRM_ALONE * (plain_wall(base) + plain_wall(winner))
+    needed = _round_s(session, base, winner, turn) + _alone_s(session, base, winner)
     return left is None or left >= needed
 
 

@@ -126,6 +126,11 @@ class Session(Comparisons):
         needed = probes * self.typical_probe_s() + extra_s + self.confirmation_s()
         return self.elapsed() + needed <= self.budget_s * within
 
+    @property
+    def fresh_parent_s(self) -> float:
+        """What a probe forked from a new parent (`fresh=True`) costs beyond others: `backend.fresh_parent_s`."""
+        return self.backend.fresh_parent_s
+
     def time_left(self, role: str) -> float | None:
         """How long a probe of `role` may still run before the budget ends (None: no budget). The runner kills it
         there: a probe that overruns its prediction (a noisy measurement running to its cap, dozens of loader
@@ -163,14 +168,14 @@ class Session(Comparisons):
         return self._by_settings.get(settings_key(settings))
 
     def run(self, settings: dict[str, Any], role: str, reuse: bool = True,
-            window_s: float | None = None) -> ProbeResult:
+            window_s: float | None = None, fresh: bool = False) -> ProbeResult:
         """A probe of `settings` (the earlier one of the same settings where `reuse`), measuring at most
-        `window_s` where given."""
+        `window_s` where given; `fresh`: forked from a new parent (`ProbeSpec.fresh_parent`)."""
         key = settings_key(settings)
         if reuse and key in self._by_settings:
             return self._by_settings[key]
         result = self._replayed(settings, role) or self.backend.run(
-            self._spec(f"p{len(self.probes) + 1:03d}", settings, role, window_s), role)
+            self._spec(f"p{len(self.probes) + 1:03d}", settings, role, window_s, fresh=fresh), role)
         result.role = result.role or role
         self._record(result)
         self._by_settings.setdefault(key, result)
@@ -211,10 +216,12 @@ class Session(Comparisons):
         return not (room and held + (peak or 0) > room)
 
     def _spec(self, probe_id: str, settings: dict[str, Any], role: str, window_s: float | None = None,
-              turn_s: float | None = None) -> ProbeSpec:
+              turn_s: float | None = None, fresh: bool = False) -> ProbeSpec:
         """The backend's spec for a probe; `window_s` caps how long it measures, `turn_s` sets a lockstep side's
-        turns (Protocol.turn_s)."""
+        turns (Protocol.turn_s), `fresh` forks it from a new parent (ProbeSpec.fresh_parent)."""
         spec = self.make_spec(probe_id, dict(settings), role, self.time_left(role))
+        if fresh:
+            spec = replace(spec, fresh_parent=True)
         proto = spec.protocol
         if turn_s is not None:
             proto = replace(proto, turn_s=turn_s)
@@ -249,12 +256,14 @@ class Session(Comparisons):
 
     def duel(self, reference: ProbeResult, candidate: ProbeResult | dict[str, Any],
              roles: tuple[str, str] = (DUEL_ROLE, DUEL_ROLE), first: int = 0,
-             window_s: float | None = None, turn_s: float | None = None) -> tuple[ProbeResult, ProbeResult]:
+             window_s: float | None = None, turn_s: float | None = None,
+             fresh: bool = False) -> tuple[ProbeResult, ProbeResult]:
         """Measure both settings again (`candidate`: a probe, or settings not yet measured), together in
         lockstep, step by step (`backend.pair`: probe/lockstep.py), so both see the same moments of the
         machine, each side's turns lasting about `turn_s` where given; one after the other where the backend
         cannot pair them (`_can_pair`), each then measuring at most `window_s` where given. `first` is the side
-        that moves (or runs) first. Returns the new (reference, candidate) results."""
+        that moves (or runs) first; `fresh`: each side forked from a new parent (ProbeSpec.fresh_parent). Returns
+        the new (reference, candidate) results."""
         if isinstance(candidate, ProbeResult):
             paired = self.pairs(reference, candidate)
             candidate = candidate.settings
@@ -263,7 +272,7 @@ class Session(Comparisons):
         reference = reference.settings
         if not paired:  # in turn, each recorded as it finishes (a resumed run replays them in this order)
             sides = (reference, candidate)
-            done = {i: self.run(sides[i], roles[i], reuse=False, window_s=window_s)
+            done = {i: self.run(sides[i], roles[i], reuse=False, window_s=window_s, fresh=fresh)
                     for i in ((0, 1) if first == 0 else (1, 0))}
             a, b = done[0], done[1]
         else:
@@ -273,8 +282,8 @@ class Session(Comparisons):
                 self._record(a)
             if b is None:
                 n = len(self.probes)
-                specs = [self._spec(f"p{n + 1:03d}", reference, roles[0], turn_s=turn_s),
-                         self._spec(f"p{n + 2:03d}", candidate, roles[1], turn_s=turn_s)]
+                specs = [self._spec(f"p{n + 1:03d}", reference, roles[0], turn_s=turn_s, fresh=fresh),
+                         self._spec(f"p{n + 2:03d}", candidate, roles[1], turn_s=turn_s, fresh=fresh)]
                 a, b = self.backend.pair(specs, list(roles), first)
             for result, role in ((a, roles[0]), (b, roles[1])):
                 result.role = result.role or role

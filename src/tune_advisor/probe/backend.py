@@ -27,6 +27,7 @@ class ProbeBackend(Protocol):
     (DDP probes, Ray) says False, and its `pair` raises NotImplementedError: the Session asks `can_pair` first and
     otherwise runs a duel's two sides one after the other.
     `pair_memory_bytes`: the memory the two sides of a pair may use between them; None: no limit to respect.
+    `fresh_parent_s`: the seconds a probe with `ProbeSpec.fresh_parent` takes beyond others (its new parent's start).
     """
 
     @property
@@ -37,6 +38,9 @@ class ProbeBackend(Protocol):
 
     @property
     def pair_memory_bytes(self) -> int | None: ...
+
+    @property
+    def fresh_parent_s(self) -> float: ...
 
     def run(self, spec: ProbeSpec, role: str) -> ProbeResult:
         """Run one probe and return its result (a failed probe is a result with its status, not an exception)."""

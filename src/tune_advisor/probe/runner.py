@@ -103,6 +103,8 @@ def start_probe(spec: ProbeSpec, workdir: Path, role: str = "", python: str = sy
 
         child = Torchrun(python, spec.distributed, [str(spec_path), str(result_path)], log_path, env, spec.id)
     else:
+        if spec.fresh_parent:
+            retire_zygote(slot)
         child = start_child(python, [str(spec_path), str(result_path)], log_path, env, slot)
     return Started(spec, workdir, role, child, result_path, log_path, Path(env["TMPDIR"]))
 
@@ -230,6 +232,7 @@ class Zygote:
         self.proc.stdout.close()
 
 
+ZYGOTE_START_S = 2.5  # a new zygote's import of torch and friends: 2.1 s on 2 cores (AMD EPYC, 2026-11-28)
 _zygotes: dict[int, Zygote] = {}  # by slot: a zygote runs one child at a time; lockstep pairs use slots 0 and 1
 
 
@@ -253,6 +256,13 @@ def start_child(python: str, argv: list[str], log_path: Path, env: dict[str, str
         except (OSError, ValueError):
             _zygotes.pop(slot, None)
     return Spawned(python, argv, log_path, env)
+
+
+def retire_zygote(slot: int) -> None:
+    """End the slot's zygote, if any: the next probe in that slot forks from a new one (`ProbeSpec.fresh_parent`)."""
+    zygote = _zygotes.pop(slot, None)
+    if zygote is not None:
+        zygote.close()
 
 
 def _discard(zygote: Zygote) -> None:

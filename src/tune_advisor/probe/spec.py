@@ -45,6 +45,11 @@ class ProbeSpec:
     # "map": {knob: FlagMap json}, "baseline": the script's own settings, "loader_site": where it builds
     # its training DataLoader (file:line), "cwd": its folder (None: a scratch one)}. None: a build_model() workload.
     script: dict[str, Any] | None = None
+    # Fork from a zygote started for this probe (probe/runner.py), not one an earlier probe forked from. A zygote's
+    # children share its memory layout (address-space randomisation is drawn once, at its start), and on
+    # tiny_batch_mlp's baseline the children of one zygote read ~15% slower than those of the other in every round
+    # (docs/planner.md, "A zygote's children share its layout"): the confirmation draws a new one for each probe.
+    fresh_parent: bool = False
 
     @property
     def limit_s(self) -> float:
