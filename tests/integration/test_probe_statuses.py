@@ -170,3 +170,29 @@ def test_a_probe_that_asks_for_a_fresh_parent_forks_from_a_new_zygote(tmp_path):
     # and the old one has ended: its memory layout, which its children share, is drawn anew
     assert runner.run_probe(spec("p3", True), tmp_path).status is Status.OK
     assert runner._zygotes[0] is not served and served.proc.poll() is not None
+
+
+def test_a_probes_limit_holds_the_start_of_its_new_zygote(tmp_path, monkeypatch):
+    import time as clock
+
+    from tune_advisor import knobs
+    from tune_advisor.probe import runner
+    from tune_advisor.probe.spec import ProbeSpec, Protocol
+
+    class SlowZygote(runner.Zygote):  # a loaded machine: the new parent takes 2 s more to import torch
+        def __init__(self, *args, **kwargs):
+            clock.sleep(2.0)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "Zygote", SlowZygote)
+    # GIVEN a probe that would measure for a minute, with 5 s of the budget left, asking for a fresh parent
+    spec = ProbeSpec(id="p1", workload=str(WORKLOADS / "tiny_mlp.py"), settings=knobs.full_settings({}),
+                     protocol=Protocol(warmup_steps=1, min_steps=10**6, min_time_s=60.0, max_steps=10**6,
+                                       max_time_s=60.0), budget_left_s=5.0, fresh_parent=True)
+    started = clock.monotonic()
+    result = runner.run_probe(spec, tmp_path)
+    # THEN the budget stops it 5 s after it began, its parent's start included, not 5 s after its child did: the
+    # wall time it reports (which the budget's clock and the confirmation's estimates use) holds that start
+    assert result.status is Status.STOPPED
+    assert 2.0 <= result.wall_s < 5.0 + 1.0
+    assert clock.monotonic() - started - result.wall_s < 1.0

@@ -48,11 +48,12 @@ class Started:
     """A running probe child (`start_probe`) until `finish_probe` or `wait_child` waits for it."""
 
     def __init__(self, spec: ProbeSpec, workdir: Path, role: str, child, result_path: Path, log_path: Path,
-                 scratch: Path):
+                 scratch: Path, started: float):
         self.spec, self.workdir, self.role, self.child = spec, workdir, role, child
         self.result_path, self.log_path, self.scratch = result_path, log_path, scratch
         self.pid = child.pid  # also its process group: the child leads a session of its own
-        self.started = time.monotonic()
+        # from before its parent was found (a new zygote takes seconds to start): the limit holds the whole probe
+        self.started = started
         self.deadline = self.started + spec.limit_s
         self.sampler = TreeMemorySampler(child.pid)
         self.sampler.start()
@@ -77,6 +78,7 @@ def start_probe(spec: ProbeSpec, workdir: Path, role: str = "", python: str = sy
     """Start the child for `spec` in its own session (= process group) and return without waiting.
 
     `slot` picks the zygote: one forks one child at a time, so probes that run together need one each."""
+    started = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
     spec_path = workdir / f"{spec.id}.spec.json"
     result_path = workdir / f"{spec.id}.result.json"
@@ -106,7 +108,7 @@ def start_probe(spec: ProbeSpec, workdir: Path, role: str = "", python: str = sy
         if spec.fresh_parent:
             retire_zygote(slot)
         child = start_child(python, [str(spec_path), str(result_path)], log_path, env, slot)
-    return Started(spec, workdir, role, child, result_path, log_path, Path(env["TMPDIR"]))
+    return Started(spec, workdir, role, child, result_path, log_path, Path(env["TMPDIR"]), started)
 
 
 SCRATCH_PREFIX = "ta-"  # then the pid of the process that started the probe, and the probe's id
