@@ -1441,18 +1441,17 @@ def test_every_probe_of_the_confirmation_forks_from_a_new_parent_and_no_probe_of
     assert {s.id for s in backend.specs if s.fresh_parent} == confirmation
 
 
-def test_the_confirmation_reserves_the_start_of_each_of_its_probes_new_parents():
-    from tune_advisor.planner.confirm import CONFIRM_ALONE, CONFIRM_MIN_ROUNDS, reserve_s
-
-    # GIVEN a baseline and a winner measured, on a backend whose new parent takes 3 s to start
-    backend = FakeBackend(lambda s: 1000.0 * s["batch_size"] / 16, can_pair=True, clock=FakeClock())
-    session = Session(backend, 600, clock=backend.clock)
-    base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
-    best = session.run(knobs.full_settings({"batch_size": 32}), "grid")
-    free = reserve_s(session, base, best)
-    backend.fresh_parent_s = 3.0
-    # THEN what the confirmation keeps back grows by one start for each side of its least rounds and each run alone
-    assert reserve_s(session, base, best) - free == pytest.approx(3.0 * 2 * (CONFIRM_MIN_ROUNDS + CONFIRM_ALONE))
+def test_the_confirmation_forks_from_new_parents_only_where_the_budget_left_holds_their_start():
+    # GIVEN the same plan on a backend whose new parents start at once, and on one where a start takes 1,000 s
+    quick, quick_backend = run_plan(cnn_rate, lockstep=True, budget_s=120)
+    slow, slow_backend = run_plan(cnn_rate, lockstep=True, budget_s=120, fresh_parent_s=1000.0)
+    # THEN the search is the same (a start is not kept back from it: a short budget loses no rung for it)
+    assert [p.settings for p in slow.probes if not p.role.startswith("confirm:")] == [
+        p.settings for p in quick.probes if not p.role.startswith("confirm:")]
+    # AND the confirmation still runs, its probes forked from the long-lived parents where no start fits
+    assert any(p.role == "confirm:recommended" for p in slow.probes)
+    assert not any(s.fresh_parent for s in slow_backend.specs)
+    assert any(s.fresh_parent for s in quick_backend.specs)
 
 
 def test_a_confirmation_whose_rounds_agree_stops_at_three():

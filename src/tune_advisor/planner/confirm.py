@@ -89,8 +89,9 @@ FIRST_MOVER_MIN_ROUNDS = 5
 # randomisation off, 25.9 and 25.0. The planner forks the first mover from slot 0, so its confirmations split by
 # who went first (the baseline at ~157 samples/s first, ~133 second; ~163 alone) and four of four read their
 # headline 9-17% above the re-measure in fresh processes. A new zygote per probe makes a zygote's layout one more
-# draw that the rounds average and their CI counts. Its cost, importing torch (2.1 s on 2 cores), is paid before
-# each pair starts (`backend.fresh_parent_s`).
+# draw that the rounds average and their CI counts. Its cost, importing torch (2.1 s on 2 cores, before each pair
+# starts: `backend.fresh_parent_s`), is not kept back from the search: a round or run alone forks from new zygotes
+# where the budget left holds their start, from the long-lived ones otherwise (a short --budget loses no rung).
 
 
 def confirm(session, base: ProbeResult, winner: ProbeResult,
@@ -125,7 +126,8 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
                 _spanned(session, started) or not _affords_round(session, base, winner, turn, grace=False)):
             break
         a, b = session.duel(base, winner, ("confirm:baseline", "confirm:recommended"), first=i % 2,
-                            window_s=CONFIRM_TURN_WINDOW_S, turn_s=CONFIRM_TURN_S if timed else None, fresh=True)
+                            window_s=CONFIRM_TURN_WINDOW_S, turn_s=CONFIRM_TURN_S if timed else None,
+                            fresh=_affords_round(session, base, winner, turn, fresh=True))
         rounds.append((a, b))
         if not (a.ok and b.ok):
             break
@@ -167,10 +169,11 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
     for settings, role in ((winner.settings, "confirm:alone:recommended"), (base.settings, "confirm:alone:baseline")):
         for _ in range(CONFIRM_ALONE):
             left = session.time_left(role)
-            needed = plain_wall(winner if settings == winner.settings else base) + session.fresh_parent_s
+            needed = plain_wall(winner if settings == winner.settings else base)
             if left is not None and left < needed:
                 break
-            alone = session.run(settings, role, reuse=False, fresh=True)
+            fresh = left is None or left >= needed + session.fresh_parent_s
+            alone = session.run(settings, role, reuse=False, fresh=fresh)
             speedup["probes"].append(alone.id)
     if not (median >= 1 + MIN_GAIN and low > 1.0):
         notes.append(f"the confirmation measured {median:.2f}x [{low:.2f}, {high:.2f}] for "
@@ -217,16 +220,16 @@ def _kind(session, base: ProbeResult, winner: ProbeResult) -> tuple[bool, bool]:
     return not pairs, pairs and step_ratio(base, winner) > LOCKSTEP_MAX_STEP_RATIO
 
 
-def _alone_s(session, base: ProbeResult, winner: ProbeResult) -> float:
-    """The runs alone after the rounds (CONFIRM_ALONE of each, each from a new zygote)."""
-    return CONFIRM_ALONE * (plain_wall(base) + plain_wall(winner) + 2 * session.fresh_parent_s)
+def _alone_s(session, base: ProbeResult, winner: ProbeResult, fresh: bool = False) -> float:
+    """The runs alone after the rounds (CONFIRM_ALONE of each; `fresh`: each from a new zygote)."""
+    return CONFIRM_ALONE * (plain_wall(base) + plain_wall(winner) + 2 * session.fresh_parent_s * fresh)
 
 
-def _round_s(session, base: ProbeResult, winner: ProbeResult, turn: bool) -> float:
-    """One round's wall time: both probes' (lockstep sides overlap, so this is generous there) and their new
-    zygotes'; in turn, with each window cut to CONFIRM_TURN_WINDOW_S."""
+def _round_s(session, base: ProbeResult, winner: ProbeResult, turn: bool, fresh: bool = False) -> float:
+    """One round's wall time: both probes' (lockstep sides overlap, so this is generous there), with their new
+    zygotes' start where `fresh`; in turn, with each window cut to CONFIRM_TURN_WINDOW_S."""
     cut = [max(0.0, sum(p.step_s) - CONFIRM_TURN_WINDOW_S) if turn else 0.0 for p in (base, winner)]
-    return plain_wall(base) + plain_wall(winner) - sum(cut) + 2 * session.fresh_parent_s
+    return plain_wall(base) + plain_wall(winner) - sum(cut) + 2 * session.fresh_parent_s * fresh
 
 
 def speedup_interval(session, rounds: list[tuple[ProbeResult, ProbeResult]], base: ProbeResult,
@@ -281,13 +284,15 @@ def _spanned(session, started: float) -> bool:
     return session.budget_s is None or session.elapsed() - started >= CONFIRM_SPAN_SHARE * session.budget_s
 
 
-def _affords_round(session, base: ProbeResult, winner: ProbeResult, turn: bool, grace: bool = True) -> bool:
+def _affords_round(session, base: ProbeResult, winner: ProbeResult, turn: bool, grace: bool = True,
+                   fresh: bool = False) -> bool:
     """Whether one more round and the runs alone after it fit before the confirmation's deadline; `grace` False:
-    before --budget itself (rounds that only spread a precise confirmation over time never use the grace)."""
+    before --budget itself (rounds that only spread a precise confirmation over time never use the grace); `fresh`:
+    with every probe's new zygote started."""
     left = session.time_left("confirm:baseline")
     if left is not None and not grace:
         left -= session.budget_s * CONFIRM_GRACE
-    needed = _round_s(session, base, winner, turn) + _alone_s(session, base, winner)
+    needed = _round_s(session, base, winner, turn, fresh) + _alone_s(session, base, winner, fresh)
     return left is None or left >= needed
 
 

@@ -52,7 +52,6 @@ class Started:
         self.spec, self.workdir, self.role, self.child = spec, workdir, role, child
         self.result_path, self.log_path, self.scratch = result_path, log_path, scratch
         self.pid = child.pid  # also its process group: the child leads a session of its own
-        # from before its parent was found (a new zygote takes seconds to start): the limit holds the whole probe
         self.started = started
         self.deadline = self.started + spec.limit_s
         self.sampler = TreeMemorySampler(child.pid)
@@ -78,7 +77,7 @@ def start_probe(spec: ProbeSpec, workdir: Path, role: str = "", python: str = sy
     """Start the child for `spec` in its own session (= process group) and return without waiting.
 
     `slot` picks the zygote: one forks one child at a time, so probes that run together need one each."""
-    started = time.monotonic()
+    asked = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
     spec_path = workdir / f"{spec.id}.spec.json"
     result_path = workdir / f"{spec.id}.result.json"
@@ -108,6 +107,10 @@ def start_probe(spec: ProbeSpec, workdir: Path, role: str = "", python: str = sy
         if spec.fresh_parent:
             retire_zygote(slot)
         child = start_child(python, [str(spec_path), str(result_path)], log_path, env, slot)
+    # A probe that asked for a new parent (spec.fresh_parent) counts its start, seconds long, against its limit and
+    # in its wall time: the start is its own, and the budget must hold it. Others begin when their child does (a
+    # zygote's first start, or a restart for a new environment, is the process's, not one probe's).
+    started = asked if spec.fresh_parent else time.monotonic()
     return Started(spec, workdir, role, child, result_path, log_path, Path(env["TMPDIR"]), started)
 
 
