@@ -48,7 +48,8 @@ class ProbeSpec:
     # Fork from a zygote started for this probe (probe/runner.py), not one an earlier probe forked from. A zygote's
     # children share its memory layout (address-space randomisation is drawn once, at its start), and on
     # tiny_batch_mlp's baseline the children of one zygote read ~15% slower than those of the other in every round
-    # (docs/planner.md, "A zygote's children share its layout"): the confirmation draws a new one for each probe.
+    # (docs/planner.md, "A zygote's children share its layout"): the confirmation draws a new one for each probe
+    # where the budget left holds its start.
     fresh_parent: bool = False
 
     @property
