@@ -80,6 +80,40 @@ def test_a_pair_measures_both_sides_in_strict_turns(tmp_path):
     assert c_from < c_to <= r_from < r_to <= min(a for r in results for a, _ in r.extra["lockstep"]["spans"])
 
 
+def test_a_pairs_new_parents_start_together_before_either_side_forks(tmp_path, monkeypatch):
+    import dataclasses
+
+    from tune_advisor.probe import runner
+
+    events = []
+
+    class Logged(runner.Zygote):
+        def __init__(self, *args, **kwargs):
+            events.append("start")
+            super().__init__(*args, **kwargs)
+
+        def request(self, message):
+            events.append("fork")
+            return super().request(message)
+
+    monkeypatch.setattr(runner, "Zygote", Logged)
+    # GIVEN a pair that forked its sides from the two long-lived zygotes (as the search's duels do)
+    results = lockstep.run_pair(specs(tmp_path), tmp_path / "search", ["reference", "candidate"])
+    assert [r.status for r in results] == [Status.OK, Status.OK]
+    served = dict(runner._zygotes)
+    assert sorted(served) == [0, 1] and events == ["start", "fork", "start", "fork"]
+    # WHEN a pair asks for new parents (as the confirmation's rounds do)
+    events.clear()
+    fresh = [dataclasses.replace(spec, fresh_parent=True) for spec in specs(tmp_path)]
+    results = lockstep.run_pair(fresh, tmp_path / "confirm", ["reference", "candidate"])
+    # THEN both new zygotes start before either side forks (their imports of torch overlap, one start's wait, not
+    # two), each side forks from one of them, and the old ones have ended
+    assert [r.status for r in results] == [Status.OK, Status.OK]
+    assert events == ["start", "start", "fork", "fork"]
+    assert all(runner._zygotes[slot] is not served[slot] and served[slot].proc.poll() is not None for slot in (0, 1))
+    assert all(runner._zygotes[slot].forked for slot in (0, 1))
+
+
 def test_a_side_that_crashes_mid_round_ends_it_with_its_status(tmp_path, spawned):
     # GIVEN a candidate that crashes (SIGABRT) in its 4th measured step (1 warm-up step)
     pair = specs(tmp_path, failing(tmp_path, "import os; os.abort()"))

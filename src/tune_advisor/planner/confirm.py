@@ -89,9 +89,10 @@ FIRST_MOVER_MIN_ROUNDS = 5
 # randomisation off, 25.9 and 25.0. The planner forks the first mover from slot 0, so its confirmations split by
 # who went first (the baseline at ~157 samples/s first, ~133 second; ~163 alone) and four of four read their
 # headline 9-17% above the re-measure in fresh processes. A new zygote per probe makes a zygote's layout one more
-# draw that the rounds average and their CI counts. Its cost, importing torch (2.1 s on 2 cores, before each pair
-# starts: `backend.fresh_parent_s`), is not kept back from the search: a round or run alone forks from new zygotes
-# where the budget left holds their start, from the long-lived ones otherwise (a short --budget loses no rung).
+# draw that the rounds average and their CI counts. Its cost, importing torch (2.1 s on 2 cores:
+# `backend.fresh_parent_s`; a lockstep pair's two zygotes start side by side before either side forks), is not
+# kept back from the search: a round or run alone forks from new zygotes where the budget left holds their start,
+# from the long-lived ones otherwise (a short --budget loses no rung).
 
 
 def confirm(session, base: ProbeResult, winner: ProbeResult,
@@ -227,9 +228,10 @@ def _alone_s(session, base: ProbeResult, winner: ProbeResult, fresh: bool = Fals
 
 def _round_s(session, base: ProbeResult, winner: ProbeResult, turn: bool, fresh: bool = False) -> float:
     """One round's wall time: both probes' (lockstep sides overlap, so this is generous there), with their new
-    zygotes' start where `fresh`; in turn, with each window cut to CONFIRM_TURN_WINDOW_S."""
+    zygotes' start where `fresh` (a lockstep pair's two start together); in turn, with each window cut to
+    CONFIRM_TURN_WINDOW_S."""
     cut = [max(0.0, sum(p.step_s) - CONFIRM_TURN_WINDOW_S) if turn else 0.0 for p in (base, winner)]
-    return plain_wall(base) + plain_wall(winner) - sum(cut) + 2 * session.fresh_parent_s * fresh
+    return plain_wall(base) + plain_wall(winner) - sum(cut) + (2 if turn else 1) * session.fresh_parent_s * fresh
 
 
 def speedup_interval(session, rounds: list[tuple[ProbeResult, ProbeResult]], base: ProbeResult,

@@ -432,11 +432,12 @@ def run_pair(specs: Sequence[ProbeSpec], workdir: Path, roles: Sequence[str], fi
     which need only the ratio; a machine swinging between speed states moves both sides alike, so the ratio
     settles long before either side does). Each side forks from a probe zygote of its own: side 0 from slot 0,
     or, with `first_takes_slot0` (the planner's duels, which alternate `first`), the side that moves first, so
-    that a bias of either zygote flips with the order. `match_turns`: a side with much shorter steps takes
-    several a turn (see the module's docstring). Each result is built as `runner.run_probe` builds it;
-    `extra.lockstep` adds the child's steps, waiting time and step spans, why the pair stopped, and its steps per
-    turn where a turn held more than one. A side that fails keeps its status; the other is stopped cleanly and
-    keeps the steps it measured.
+    that a bias of either zygote flips with the order; sides that ask for a new parent (`ProbeSpec.fresh_parent`)
+    get new zygotes, started together. `match_turns`: a side with much shorter steps takes several a turn (see
+    the module's docstring). Each result is built as `runner.run_probe` builds it; `extra.lockstep` adds the
+    child's steps, waiting time and step spans, why the pair stopped, and its steps per turn where a turn held
+    more than one. A side that fails keeps its status; the other is stopped cleanly and keeps the steps it
+    measured.
     """
     if len(specs) != 2 or specs[0].protocol != specs[1].protocol:
         raise ValueError("lockstep measures two probes under one protocol")
@@ -444,9 +445,11 @@ def run_pair(specs: Sequence[ProbeSpec], workdir: Path, roles: Sequence[str], fi
     channels: list[_Channel] = []
     probes: list[runner.Started] = []
     pair = None
+    slots = [(side - first) % 2 if first_takes_slot0 else side for side in (0, 1)]
     try:
+        runner.start_zygotes([slot for slot, spec in zip(slots, specs) if spec.fresh_parent])
         for side, (spec, role) in enumerate(zip(specs, roles)):
-            slot = (side - first) % 2 if first_takes_slot0 else side
+            slot = slots[side]
             channels.append(_Channel(workdir, spec.id))
             spec = dataclasses.replace(spec, lockstep=channels[-1].paths)
             probes.append(runner.start_probe(spec, workdir, role, slot=slot))  # a zygote each: both forked at once

@@ -86,16 +86,11 @@ def start_probe(spec: ProbeSpec, workdir: Path, role: str = "", python: str = sy
     for stale in (result_path, phase_path):
         stale.unlink(missing_ok=True)
     spec_path.write_text(spec.to_json())
-    env = dict(os.environ, PYTHONFAULTHANDLER="1", PYTHONUNBUFFERED="1")
-    # The child imports tune_advisor from wherever this process found it, installed or not.
-    package_root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    env = _child_env()
     # The temporary files of the child and its loader workers go to a folder removed when it ends: a killed child,
-    # or one ending by os._exit as zygote children do, cannot clean up after itself. torch.compile's cache stays
-    # where it was (it lives under the temporary folder by default).
+    # or one ending by os._exit as zygote children do, cannot clean up after itself.
     # The folder's path stays short: multiprocessing puts AF_UNIX sockets there (loader workers hand tensors over
     # through them), and a socket path over 108 bytes fails to bind, leaving the workers stuck.
-    env.setdefault("TORCHINDUCTOR_CACHE_DIR", _inductor_cache_dir())
     sweep_scratch()
     env["TMPDIR"] = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-{spec.id}-", dir=scratch_base())
 
@@ -104,7 +99,7 @@ def start_probe(spec: ProbeSpec, workdir: Path, role: str = "", python: str = sy
 
         child = Torchrun(python, spec.distributed, [str(spec_path), str(result_path)], log_path, env, spec.id)
     else:
-        if spec.fresh_parent:
+        if spec.fresh_parent and not _unused(slot):
             retire_zygote(slot)
         child = start_child(python, [str(spec_path), str(result_path)], log_path, env, slot)
     # A probe that asked for a new parent (spec.fresh_parent) counts its start, seconds long, against its limit and
@@ -112,6 +107,17 @@ def start_probe(spec: ProbeSpec, workdir: Path, role: str = "", python: str = sy
     # zygote's first start, or a restart for a new environment, is the process's, not one probe's).
     started = asked if spec.fresh_parent else time.monotonic()
     return Started(spec, workdir, role, child, result_path, log_path, Path(env["TMPDIR"]), started)
+
+
+def _child_env() -> dict[str, str]:
+    """The environment a probe child starts in, less its own TMPDIR (`start_probe` adds that)."""
+    env = dict(os.environ, PYTHONFAULTHANDLER="1", PYTHONUNBUFFERED="1")
+    # The child imports tune_advisor from wherever this process found it, installed or not.
+    package_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    # torch.compile's cache stays where it was (under the temporary folder by default), not in the probe's own.
+    env.setdefault("TORCHINDUCTOR_CACHE_DIR", _inductor_cache_dir())
+    return env
 
 
 SCRATCH_PREFIX = "ta-"  # then the pid of the process that started the probe, and the probe's id
@@ -213,14 +219,21 @@ class Zygote:
     """The long-lived pre-warmed parent of probe children; one per environment, started on first use."""
 
     def __init__(self, python: str, env: dict[str, str]):
+        """Start the zygote and return at once: its import of torch goes on while others start
+        (`start_zygotes`); the first request waits for it."""
         self.python, self.env = python, env
         self.proc = subprocess.Popen([python, "-m", "tune_advisor.probe.zygote"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, bufsize=0)
         self.replies = self.proc.stdout.fileno()
-        if not self.reply().get("ready"):
-            raise OSError("the zygote did not start")
+        self.ready = False
+        self.forked = False  # whether any child came from it (a probe asking for a new parent takes one that has not)
 
     def request(self, message: dict) -> dict:
+        if not self.ready:
+            if not self.reply().get("ready"):
+                raise OSError("the zygote did not start")
+            self.ready = True
+        self.forked = True
         self.proc.stdin.write((json.dumps(message) + "\n").encode())
         self.proc.stdin.flush()
         return self.reply()
@@ -245,10 +258,9 @@ def start_child(python: str, argv: list[str], log_path: Path, env: dict[str, str
                 slot: int = 0) -> Spawned | Forked:
     """Fork the child from the slot's zygote (started, or restarted when the environment changed, as needed); a
     new process when TUNE_ADVISOR_NO_ZYGOTE is set or the zygote cannot start."""
-    if os.environ.get("TUNE_ADVISOR_NO_ZYGOTE") or not hasattr(os, "fork"):
+    if not _zygotes_used():
         return Spawned(python, argv, log_path, env)
-    shared = {k: v for k, v in env.items() if k != "TMPDIR"}  # each child has its own: no reason for a new zygote
-    shared.update({"TMPDIR": os.environ["TMPDIR"]} if "TMPDIR" in os.environ else {})
+    shared = _zygote_env(env)
     for _ in range(2):  # a zygote that died (killed from outside) is replaced once
         zygote = _zygotes.get(slot)
         try:
@@ -261,6 +273,38 @@ def start_child(python: str, argv: list[str], log_path: Path, env: dict[str, str
         except (OSError, ValueError):
             _zygotes.pop(slot, None)
     return Spawned(python, argv, log_path, env)
+
+
+def _zygotes_used() -> bool:
+    return not os.environ.get("TUNE_ADVISOR_NO_ZYGOTE") and hasattr(os, "fork")
+
+
+def _zygote_env(env: dict[str, str]) -> dict[str, str]:
+    """What a zygote is keyed on: a child's environment but the temporary folder, which each child has its own of
+    (no reason for a new zygote)."""
+    shared = {k: v for k, v in env.items() if k != "TMPDIR"}
+    shared.update({"TMPDIR": os.environ["TMPDIR"]} if "TMPDIR" in os.environ else {})
+    return shared
+
+
+def start_zygotes(slots: list[int], python: str = sys.executable) -> None:
+    """Start a new zygote in each slot, all at once, for probes that ask for a new parent (`ProbeSpec.fresh_parent`):
+    a lockstep pair's two then import torch side by side, not one after the other (one start's wait, not two)."""
+    if not _zygotes_used():
+        return
+    shared = _zygote_env(_child_env())
+    for slot in slots:
+        retire_zygote(slot)
+        try:
+            _zygotes[slot] = Zygote(python, shared)
+        except (OSError, ValueError):  # start_child tries again, and falls back to a new process
+            pass
+
+
+def _unused(slot: int) -> bool:
+    """Whether the slot holds a zygote that has forked no child yet (`start_zygotes`): a new parent already."""
+    zygote = _zygotes.get(slot)
+    return zygote is not None and not zygote.forked and zygote.proc.poll() is None
 
 
 def retire_zygote(slot: int) -> None:
