@@ -59,6 +59,9 @@ CASES = {  # case -> (fixture, the candidate's changes over its BASELINE: what i
     # the baseline against itself (A/A): does the side that warmed up second read slower? tiny_batch_mlp's
     # confirmations read its baseline ~15% slower in the rounds where the recommendation moved (and warmed up) first
     "tiny_batch_mlp_aa": ("tiny_batch_mlp", {}),
+    # steps 1.1x apart (a step a turn): its confirmations read 1.15x where its re-measures alone read 1.20-1.22x
+    # (AMD EPYC, 2026-11-28)
+    "raw_sensor_mlp_fused": ("raw_sensor_mlp", {"optimizer_impl": "fused"}),
 }
 
 
