@@ -98,7 +98,11 @@ def minimal_documents() -> dict[str, dict]:
                                                                                   "samples": []},
                 throughput={"median": None, "ci_low": None, "ci_high": None, "unit": "samples/s"})
     failed.update(baseline=base, recommended=base, probes=[base], notes=["the baseline probe failed (error)"])
-    return {"started": started, "baseline_failed": failed, "bare": {"schema_version": 1}}
+    stopped = copy.deepcopy(failed)
+    stopped["baseline"].update(status="stopped", error="stopped: the analysis budget (--budget) ran out 1.3 s into it")
+    stopped.update(recommended=stopped["baseline"], probes=[stopped["baseline"]], notes=[
+        "the baseline probe did not finish (stopped: the analysis budget (--budget) ran out 1.3 s into it)"])
+    return {"started": started, "baseline_failed": failed, "baseline_stopped": stopped, "bare": {"schema_version": 1}}
 
 
 # --- processes ---------------------------------------------------------------------------------------------------

@@ -141,14 +141,17 @@ def test_hostile_strings_stay_text_in_the_browser(browser, tmp_path):
             visit.close()
 
 
-def test_a_run_with_nothing_measured_renders_and_says_so(browser, tmp_path):
-    write_reports(minimal_documents()["baseline_failed"], tmp_path)
+@pytest.mark.parametrize("kind, verdict", [("baseline_failed", "The baseline probe failed (error)"),
+                                           ("baseline_stopped", "The baseline probe did not finish (stopped: the "
+                                                                "analysis budget (--budget) ran out")])
+def test_a_run_with_nothing_measured_renders_and_says_so(browser, tmp_path, kind, verdict):
+    write_reports(minimal_documents()[kind], tmp_path)
     visit = Visit(browser, tmp_path / "report.html")
     try:
         visit.assert_clean()
-        assert "The baseline probe failed (error)" in visit.page.locator("#verdict").inner_text()
+        assert verdict in visit.page.locator("#verdict").inner_text()
         assert "No findings" in visit.page.locator("#findings").inner_text()
-        visit.screenshot("report-baseline-failed")
+        visit.screenshot(f"report-{kind.replace('_', '-')}")
     finally:
         visit.close()
 

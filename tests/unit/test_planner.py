@@ -284,6 +284,15 @@ def test_a_failing_baseline_ends_the_plan_with_a_note():
     assert "baseline probe failed (diverged)" in outcome.notes[0]
 
 
+def test_a_baseline_the_budget_cut_short_ends_the_plan_with_a_note_that_it_did_not_finish():
+    # GIVEN a baseline probe stopped before a whole window (the budget ran out): not a failure of the workload
+    outcome, backend = run_plan(lambda s: Status.STOPPED)
+    # THEN the plan ends there, and its note says the probe did not finish and what to do, never that it failed
+    assert len(backend.calls) == 1 and outcome.recommended is outcome.baseline
+    assert outcome.notes[0].startswith("the baseline probe did not finish (fake stopped)")
+    assert "--budget" in outcome.notes[0] and "failed" not in outcome.notes[0]
+
+
 def test_budget_stops_probing_keeps_the_confirmation_and_lists_what_was_left():
     # GIVEN 5 s probes and a 60 s budget (the confirmation, in turn, keeps four rounds of two probes)
     outcome, backend = run_plan(cnn_rate, budget_s=60)
@@ -1345,17 +1354,21 @@ def test_a_rejected_confirmation_keeps_the_baseline_and_states_no_speedup():
 
 
 @pytest.mark.parametrize("lockstep", [False, True])
-def test_a_confirmation_with_one_finished_round_states_that_rounds_figure_and_names_the_failure(lockstep):
+@pytest.mark.parametrize("ended, said", [(Status.CRASHED, "failed (crashed"),
+                                         (Status.STOPPED, "did not finish (fake stopped")])
+def test_a_confirmation_with_one_finished_round_states_that_rounds_figure_and_names_the_failure(lockstep, ended,
+                                                                                                said):
     from tune_advisor.planner.confirm import confirm
 
-    # GIVEN a winner 1.5x the baseline whose second confirmation round crashes (the first finished)
+    # GIVEN a winner 1.5x the baseline whose second confirmation round crashes, or is stopped (by the budget), the
+    # first finished
     calls = {"winner": 0}
 
     def rate(s):
         if s["amp"] != "bf16":
             return 1000.0
         calls["winner"] += 1
-        return Status.CRASHED if calls["winner"] == 3 else 1500.0  # its search probe, round 1, round 2
+        return ended if calls["winner"] == 3 else 1500.0  # its search probe, round 1, round 2
 
     clock = FakeClock()
     session = Session(FakeBackend(rate, clock=clock, can_pair=lockstep), None, clock=clock)
@@ -1369,7 +1382,10 @@ def test_a_confirmation_with_one_finished_round_states_that_rounds_figure_and_na
     assert recommended is winner and "1 round" in speedup["method"]
     assert 1.4 < speedup["median"] < 1.6 and speedup["ci_low"] <= speedup["median"] <= speedup["ci_high"]
     assert "within one window" in speedup["interval"]
-    assert any("failed (crashed" in n and "the 1 round that finished" in n for n in notes), notes
+    # (a stopped probe as not finished, never as failed: it is not a failure)
+    noted = [n for n in notes if n.startswith("confirmation probe")]
+    assert len(noted) == 1 and said in noted[0] and "the 1 round that finished" in noted[0], notes
+    assert ended is not Status.STOPPED or "failed" not in noted[0]
 
 
 def test_a_confirmation_whose_rounds_disagree_runs_more_of_them_while_the_budget_allows():

@@ -8,7 +8,7 @@ from typing import Any
 
 from .. import knobs
 from ..analysis import parity
-from ..probe.result import ProbeResult
+from ..probe.result import ProbeResult, Status
 from . import ablation
 from .confirm import confirm
 from .session import Session
@@ -81,8 +81,10 @@ class Planner:
         base = self.session.run(self.ctx.baseline, "baseline")
         self.session.baseline = base
         if not base.ok:
-            self.notes.append(f"the baseline probe failed ({base.status.value}): nothing to compare against; "
-                              "fix that first")
+            self.notes.append(
+                f"the baseline probe did not finish ({base.error}): nothing to compare against; give the run a "
+                "longer --budget" if base.status is Status.STOPPED else  # the budget cut it short: not a failure
+                f"the baseline probe failed ({base.status.value}): nothing to compare against; fix that first")
             return self.outcome(base, base, None)
         winner = self.search(base)
         if winner is base or winner.settings == base.settings:

@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import knobs
 from ..analysis import stats
-from ..probe.result import ProbeResult
+from ..probe.result import ProbeResult, Status
 from .compare import DUEL_MAX_S, pair_ratio, plain_wall, window_rate
 from .keep import MIN_GAIN
 
@@ -137,7 +137,11 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
     if failed is not None:
         keeps = (f"the speedup comes from the {len(finished)} round{'s' if len(finished) != 1 else ''} that "
                  "finished" if finished else "keeping the baseline")
-        notes.append(f"confirmation probe {failed.id} failed ({failed.status.value}: {failed.error}); {keeps}")
+        # A probe the budget (or its partner's end) cut short did not fail (Status.STOPPED): say so, as the report's
+        # "Stopped before a whole window" list does.
+        what = (f"did not finish ({failed.error})" if failed.status is Status.STOPPED
+                else f"failed ({failed.status.value}: {failed.error})")
+        notes.append(f"confirmation probe {failed.id} {what}; {keeps}")
         if not finished:
             return base, None
     lockstep = all("lockstep" in r.extra for pair in finished for r in pair)

@@ -234,6 +234,9 @@ def _verdict(baseline, recommended, changes, probes, speedup) -> str:
                 "No baseline probe in this file.")
     if not is_ok(baseline):
         cause = baseline.get("error") or "no cause recorded"
+        if baseline.get("status") == "stopped":  # cut short by the budget: not a failure of the workload
+            return (f"The baseline probe did not finish ({cause}). Nothing can be compared with it; run again with "
+                    "a longer --budget.")
         return (f"The baseline probe failed ({baseline.get('status')}): {cause}. "
                 "Nothing can be compared with it; fix the workload and run again.")
     if not is_ok(recommended):
