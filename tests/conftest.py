@@ -35,6 +35,20 @@ def cli():
     return invoke
 
 
+@pytest.fixture
+def short_confirmation(monkeypatch):
+    """The confirmation at the fewest rounds its rules allow (CONFIRM_ROUNDS step by step, CONFIRM_MIN_ROUNDS_IN_TURN
+    in turn), not spread over a fifth of the budget: end-to-end tests check what an analysis decides and writes,
+    and on tiny workloads the default confirmation was most of their time (a 16-round one, 34 probes, took 100 s
+    of the Ray grid test's 112). How long a confirmation goes on is tested with fakes (tests/unit/test_planner.py).
+    Only for analyses in this process: a CLI run as a subprocess keeps the defaults."""
+    from tune_advisor.planner import confirm
+
+    monkeypatch.setattr(confirm, "CONFIRM_SPAN_SHARE", 0.0)
+    monkeypatch.setattr(confirm, "CONFIRM_MAX_ROUNDS", confirm.CONFIRM_ROUNDS)
+    monkeypatch.setattr(confirm, "CONFIRM_MAX_ROUNDS_IN_TURN", confirm.CONFIRM_MIN_ROUNDS_IN_TURN)
+
+
 # --- results documents: real runs, runs with findings, hostile and nearly empty ones ------------------------------
 
 HOSTILE = "</script><img src=x onerror=alert(1)> [/] [bold red]x `|` **y** {{ 7*7 }}"

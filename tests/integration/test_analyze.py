@@ -11,6 +11,8 @@ from tune_advisor.probe.result import Status
 
 from ..conftest import BAD, FAST, FIXTURES, WORKLOADS
 
+pytestmark = pytest.mark.usefixtures("short_confirmation")
+
 PROBE_KEYS = {"id", "settings", "status", "error", "throughput", "step_time_s", "data_wait_frac",
               "peak_memory_bytes", "loss", "gpu", "wall_s"}
 

@@ -98,7 +98,7 @@ def local_ray():
     ray.shutdown()
 
 
-def test_a_grid_fans_out_over_ray_into_the_same_results_json(local_ray, tmp_path):
+def test_a_grid_fans_out_over_ray_into_the_same_results_json(local_ray, tmp_path, short_confirmation):
     # GIVEN a grid of 4 applicable combinations and a local Ray instance with 2 CPUs
     started = time.monotonic()
     result = api.analyze(WORKLOADS / "tiny_search.py", api.AnalyzeOptions(

@@ -1,9 +1,13 @@
 """`analyze` end to end on a Hugging Face Trainer and on a LightningModule handed over as they are: real child
 probes, the baseline from the framework's own settings, and the recommendation in the framework's terms."""
 
+import pytest
+
 from tune_advisor import api, results
 
 from ..conftest import FAST, FIXTURES
+
+pytestmark = pytest.mark.usefixtures("short_confirmation")
 
 
 def analyze(name, tmp_path):

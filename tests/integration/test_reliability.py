@@ -56,7 +56,7 @@ def test_analyze_killed_at_random_points_is_readable_renders_and_resumes_without
     # Probes of at least 0.6 s: the 12 of the grid outlast the kill window (up to 3 s, plus the refused second run)
     # even on a fast, idle machine.
     command = [sys.executable, "-m", "tune_advisor", "analyze", str(WORKLOADS / "tiny_grid.py"), "-o", str(out),
-               "--strategy", "grid", "--budget", "5m", *FAST_FLAGS, "--min-time", "0.6", "--quiet"]
+               "--strategy", "grid", "--budget", "2m", *FAST_FLAGS, "--min-time", "0.6", "--quiet"]
     first_seen: dict[str, tuple[dict, int | None]] = {}  # probe id -> (its saved dict, its result file's mtime)
     outcomes = []
 

@@ -103,7 +103,7 @@ def test_a_script_that_ends_before_enough_steps_is_an_error_saying_so(tmp_path):
     assert "ended after 2 optimizer steps, 1 of them measured" in result.error and "train longer" in result.error
 
 
-def test_analyze_a_script_with_a_mapped_flag(cli, tmp_path, monkeypatch):
+def test_analyze_a_script_with_a_mapped_flag(cli, tmp_path, monkeypatch, short_confirmation):
     # GIVEN the tiny script, its batch size set through its own --batch-size flag
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "out"

@@ -18,7 +18,8 @@ def open_fds() -> int:
     return len(os.listdir(f"/proc/{os.getpid()}/fd"))
 
 
-def test_analyze_on_every_fixture_leaves_no_process_temp_file_or_open_descriptor(tmp_path, monkeypatch):
+def test_analyze_on_every_fixture_leaves_no_process_temp_file_or_open_descriptor(tmp_path, monkeypatch,
+                                                                                  short_confirmation):
     # Temporary files of this process and of every child go to a folder of our own, to be found empty at the end.
     scratch = tmp_path / "tmp"
     scratch.mkdir()
