@@ -39,7 +39,7 @@ def cli():
 def short_confirmation(monkeypatch):
     """The confirmation at the fewest rounds its rules allow (CONFIRM_ROUNDS step by step, CONFIRM_MIN_ROUNDS_IN_TURN
     in turn), not spread over a fifth of the budget: end-to-end tests check what an analysis decides and writes,
-    and on tiny workloads the default confirmation was most of their time (a 16-round one, 34 probes, took 100 s
+    and on tiny workloads the default confirmation was most of their time (a 16-round one, 34 probes, took 103 s
     of the Ray grid test's 112). How long a confirmation goes on is tested with fakes (tests/unit/test_planner.py).
     Only for analyses in this process: a CLI run as a subprocess keeps the defaults."""
     from tune_advisor.planner import confirm
