@@ -15,11 +15,23 @@ from ..conftest import BAD, FAST, FIXTURES, tagged_processes
 
 
 def open_fds() -> int:
-    return len(os.listdir(f"/proc/{os.getpid()}/fd"))
+    """This process's open descriptors, less those meant to live as long as it: the long-lived zygotes' pipes (a
+    second zygote starts with the first lockstep pair) and the font files matplotlib's bounded font cache keeps
+    open once a report draws its first chart. Counted with them, the test passed only after other tests had made
+    both (run alone it read 16 descriptors, then 20)."""
+    zygote_pipes = {f.fileno() for z in runner._zygotes.values() for f in (z.proc.stdin, z.proc.stdout)
+                    if not f.closed}
+    count = 0
+    for fd in os.listdir(f"/proc/{os.getpid()}/fd"):
+        try:
+            target = os.readlink(f"/proc/{os.getpid()}/fd/{fd}")
+        except FileNotFoundError:  # the descriptor listdir itself used
+            continue
+        count += int(fd) not in zygote_pipes and not ("matplotlib" in target and target.endswith(".ttf"))
+    return count
 
 
-def test_analyze_on_every_fixture_leaves_no_process_temp_file_or_open_descriptor(tmp_path, monkeypatch,
-                                                                                  short_confirmation):
+def test_analyze_on_every_fixture_leaves_no_process_temp_file_or_open_descriptor(tmp_path, monkeypatch):
     # Temporary files of this process and of every child go to a folder of our own, to be found empty at the end.
     scratch = tmp_path / "tmp"
     scratch.mkdir()
@@ -57,7 +69,7 @@ def test_analyze_on_every_fixture_leaves_no_process_temp_file_or_open_descriptor
     # The loop met the failures it is meant to: crashes, out of memory, hung loader workers, load errors
     assert "crashed" in outcomes["segfault.py"] and "oom" in outcomes["cpu_oom.py"]
     assert "timeout" in outcomes["worker_hang.py"] and outcomes["syntax_error.py"] == "WorkloadError"
-    # AND no descriptor leaked from one run to the next (the first run opened the zygote's pipes)
+    # AND no descriptor leaked from one run to the next
     assert fds[-1] <= fds[0], fds
     # AND no temporary file, probe scratch folder, lock or half-written file is left anywhere
     assert [p.name for p in scratch.iterdir()] in ([], [runner._inductor_cache_dir().rsplit("/", 1)[1]]), \
