@@ -1216,8 +1216,8 @@ def test_without_time_or_a_probe_without_it_the_ablation_quotes_the_figure_the_s
 class _Measured:
     """A session whose ablation pair reads `direct` and whose search left `chain`, a ladder of lockstep wins."""
 
-    def __init__(self, direct, chain):
-        self.direct, self.chain = direct, chain
+    def __init__(self, direct, chain, keeps=None):
+        self.direct, self.chain, self.keeps = direct, chain, keeps or {}
 
     def seen(self, settings):
         return None
@@ -1263,6 +1263,48 @@ def test_an_ablation_pools_its_pair_with_the_ladder_wins_that_measured_the_same_
     if chain is not None:  # the pooled interval is narrower than either
         width = record["contribution"]["ci_high"] / record["contribution"]["ci_low"]
         assert width < min(direct[2] / direct[1], chain[2] / chain[1])
+
+
+@pytest.mark.parametrize("direct, kept_at, change, kept, median", [
+    # hf_trainer (Intel Xeon, 2026-11-28): one compile pair, 25 s a side, inconclusive; the search had kept
+    # compile alone in lockstep at 1.26x: the two agree, and together they clear the bar
+    ((1.20, 0.99, 1.47), (1.26, 1.04, 1.56), "compile", True, 1.23),
+    # a knob a later one made redundant: the search's figure disagrees with the pair beside the recommendation,
+    # which decides alone
+    ((1.00, 0.97, 1.03), (1.30, 1.20, 1.40), "compile", False, 1.00),
+    # a keep that changed another knob with it measured another change: not pooled
+    ((1.20, 0.99, 1.47), (1.26, 1.04, 1.56), "compile and batch", False, 1.20),
+    # a keep from another value of the knob than the baseline's measured another change: not pooled
+    ((1.20, 0.99, 1.47), (1.26, 1.04, 1.56), "compile from another mode", False, 1.20),
+    # a keep beside the very settings the pair measured: its measures are the pair's own (Session.gain): not again
+    ((1.20, 0.99, 1.47), (1.26, 1.04, 1.56), "compile beside the pair's own", False, 1.20),
+])
+def test_an_ablation_pools_its_pair_with_the_searchs_keep_of_the_same_change_where_the_two_agree(
+        direct, kept_at, change, kept, median):
+    from tune_advisor.planner import ablation
+
+    base = ProbeResult("p001", knobs.full_settings({"batch_size": 8, "num_workers": 2}), Status.OK)
+    winner = ProbeResult("p040", {**base.settings, "batch_size": 32, "compile": "default",
+                                  "optimizer_impl": "fused"}, Status.OK)
+    # GIVEN the search's keep of compile=default beside batch 32, measured in lockstep (p031/p032), before the
+    # fused optimizer joined the winner
+    beside = {**base.settings, "batch_size": 32}
+    if change == "compile and batch":
+        beside = base.settings
+    elif change == "compile from another mode":
+        beside = {**beside, "compile": "reduce-overhead"}
+    elif change == "compile beside the pair's own":
+        beside = {**winner.settings, "compile": "off"}
+    keeps = {"compile": {"value": "default", "gain": kept_at, "change": "compile=default", "beside": beside,
+                         "settings": {**beside, "batch_size": 32, "compile": "default"}, "probes": ["p031", "p032"]}}
+    session = _Measured(direct, None, keeps)
+    # WHEN the ablation measures compile against the winner without it (one pair, no time for more)
+    result, records = ablation.ablate(session, base, winner, [], [])
+    record = next(r for r in records if r["knob"] == "compile")
+    # THEN the knob stays only where both measures agree and together clear the bar, and the record says so
+    assert record["kept"] is kept and record["contribution"]["median"] == pytest.approx(median, abs=0.01)
+    assert ("pooled with the search's keep of compile=default (p031/p032)" in record["method"]) is kept
+    assert (result.settings["compile"] == "default") is kept
 
 
 def test_an_ablation_probe_may_use_the_time_its_pair_was_afforded():

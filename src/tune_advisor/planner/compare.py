@@ -161,7 +161,7 @@ class Comparisons:
         for name, value in candidate.settings.items():
             if reference.settings.get(name) != value:
                 self.keeps[name] = {"value": value, "gain": gain, "change": change, "beside": reference.settings,
-                                    "probes": [reference.id, candidate.id]}
+                                    "settings": candidate.settings, "probes": [reference.id, candidate.id]}
 
     def chained_gain(self, reference: ProbeResult, candidate: ProbeResult) -> tuple[float, float, float] | None:
         """The gain candidate/reference over a chain of lockstep wins, reference -> ... -> candidate (a ladder's
@@ -247,6 +247,14 @@ def pooled(*gains: tuple[float, float, float]) -> tuple[float, float, float]:
     centre = float(np.sum(weights * logs[:, 0]) / np.sum(weights))
     half = 1.96 / float(np.sqrt(np.sum(weights)))
     return float(np.exp(centre)), float(np.exp(centre - half)), float(np.exp(centre + half))
+
+
+def agree(a: tuple[float, float, float], b: tuple[float, float, float]) -> bool:
+    """Whether two measures of a ratio, each (median, ci_low, ci_high), differ by no more than their noise: the
+    difference of their logs within 1.96 standard errors of it (each 95% CI's half-width over 1.96 its own)."""
+    (ca, la, ha), (cb, lb, hb) = (np.log(np.array(g, dtype=float)) for g in (a, b))
+    se = np.hypot((ha - la) / (2 * 1.96), (hb - lb) / (2 * 1.96))
+    return bool(abs(ca - cb) <= 1.96 * se)
 
 
 def window_rate(probe: ProbeResult) -> float:
