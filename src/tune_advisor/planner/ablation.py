@@ -4,8 +4,8 @@ A search keeps a knob when it beat the best of its moment; later changes can mak
 =medium beside amp=bf16), and a gain of 1-5% decided by separate probes on a machine whose speed swings 20% is not
 settled. So, before the confirmation, the winner is measured against itself minus one knob, in lockstep where the
 two can be paired, and the knob stays only if removing it costs at least MIN_GAIN with the ratio's 95% CI clear of
-1. Where the search measured the same change before (a ladder's lockstep wins; the keep of the knob, when its
-figure agrees with the pair's), the two measures are pooled. Every knob's measured contribution is recorded
+1. Where the search measured the same change before, the two measures are pooled: a ladder's lockstep wins; the
+keep of the knob, when the pair reads a gain it cannot yet tell from none and the keep's figure agrees with it. Every knob's measured contribution is recorded
 (results.json `plan.ablation`) and is what the rules quote.
 """
 
@@ -82,15 +82,19 @@ def ablate(session, base: ProbeResult, winner: ProbeResult,
             pays = median >= 1 + MIN_GAIN and low > 1.0
             how += ", pooled with the search's ladder wins in lockstep"
         earlier = _same_change_kept(session, base, name, value, b) if chain is None and b is not None else None
-        if earlier is not None and median == median and agree((median, low, high), earlier["gain"]):
-            # The search measured this very change (the baseline's value to this one) when it kept the knob, beside
-            # other settings: a second measure of the knob's contribution, pooled where the two agree. One pair
-            # costs little on most workloads, but a compile pair took 25 s a side on hf_trainer, the budget held
-            # no second, and its 1.20x [0.99, 1.47] dropped compile where the search had kept it at 1.26x
-            # [1.04, 1.56] in lockstep; the twin run, which kept compile, re-measured 2.54x over the baseline
-            # against this run's 2.02x (Intel Xeon, 2026-11-28). Where the two disagree, the pair beside the
-            # recommendation itself decides: a later knob can make an earlier one redundant
-            # (matmul_precision=medium beside amp=bf16).
+        if earlier is not None and median >= 1 + MIN_GAIN and low <= 1.0 and agree((median, low, high),
+                                                                                   earlier["gain"]):
+            # A pair whose own centre clears the minimum but whose interval reaches 1 is too short to tell, not a
+            # measure of no gain. The search measured this very change (the baseline's value to this one) when it
+            # kept the knob, beside other settings: a second measure of the knob's contribution, pooled where the
+            # two agree. One pair costs little on most workloads, but a compile pair took 25 s a side on
+            # hf_trainer, the budget held no second, and its 1.20x [0.99, 1.47] dropped compile where the search
+            # had kept it at 1.26x [1.04, 1.56] in lockstep; the twin run, which kept compile, re-measured 2.54x
+            # over the baseline against this run's 2.02x (Intel Xeon, 2026-11-28). Only such a pair is pooled:
+            # the search's figure was the best of its moment (a winner's figure reads high), so it never
+            # outvotes a pair that itself reads below the minimum; and where the two disagree the pair beside the
+            # recommendation decides alone (a later knob can make an earlier one redundant: matmul_precision=
+            # medium beside amp=bf16).
             median, low, high = pooled((median, low, high), earlier["gain"])
             pays = median >= 1 + MIN_GAIN and low > 1.0
             how += f", pooled with the search's keep of {earlier['change']} ({'/'.join(earlier['probes'])})"
