@@ -1214,7 +1214,8 @@ def test_without_time_or_a_probe_without_it_the_ablation_quotes_the_figure_the_s
 
 
 class _Measured:
-    """A session whose ablation pair reads `direct` and whose search left `chain`, a ladder of lockstep wins."""
+    """A session whose ablation pair reads `direct` and whose search left `chain`, a ladder of lockstep wins, and
+    `keeps`, the gains it kept knobs on (`Comparisons.note_keep`)."""
 
     def __init__(self, direct, chain, keeps=None):
         self.direct, self.chain, self.keeps = direct, chain, keeps or {}

@@ -5,8 +5,8 @@ A search keeps a knob when it beat the best of its moment; later changes can mak
 settled. So, before the confirmation, the winner is measured against itself minus one knob, in lockstep where the
 two can be paired, and the knob stays only if removing it costs at least MIN_GAIN with the ratio's 95% CI clear of
 1. Where the search measured the same change before, the two measures are pooled: a ladder's lockstep wins; the
-keep of the knob, when the pair reads a gain it cannot yet tell from none and the keep's figure agrees with it. Every knob's measured contribution is recorded
-(results.json `plan.ablation`) and is what the rules quote.
+keep of the knob, when the pair reads a gain it cannot yet tell from none and the keep's figure agrees with it.
+Every knob's measured contribution is recorded (results.json `plan.ablation`) and is what the rules quote.
 """
 
 from __future__ import annotations

@@ -238,23 +238,28 @@ def _untold(low: float, high: float) -> bool:
     return low < 1.0 and high > 1 + MIN_GAIN
 
 
+def _log_se(gains) -> tuple[np.ndarray, np.ndarray]:
+    """Each measure's (median, ci_low, ci_high) as log centre and standard error (its 95% CI's half-width over
+    1.96, on the log scale)."""
+    logs = np.log(np.array(gains, dtype=float))
+    return logs[:, 0], np.maximum((logs[:, 2] - logs[:, 1]) / (2 * 1.96), 1e-9)
+
+
 def pooled(*gains: tuple[float, float, float]) -> tuple[float, float, float]:
     """Independent measures of one ratio, each (median, ci_low, ci_high), as one: their logs weighted by the inverse
-    of their variance (each 95% CI's half-width over 1.96 taken as its standard error)."""
-    logs = np.log(np.array(gains, dtype=float))
-    se = np.maximum((logs[:, 2] - logs[:, 1]) / (2 * 1.96), 1e-9)
+    of their variance."""
+    centres, se = _log_se(gains)
     weights = 1 / se ** 2
-    centre = float(np.sum(weights * logs[:, 0]) / np.sum(weights))
+    centre = float(np.sum(weights * centres) / np.sum(weights))
     half = 1.96 / float(np.sqrt(np.sum(weights)))
     return float(np.exp(centre)), float(np.exp(centre - half)), float(np.exp(centre + half))
 
 
 def agree(a: tuple[float, float, float], b: tuple[float, float, float]) -> bool:
-    """Whether two measures of a ratio, each (median, ci_low, ci_high), differ by no more than their noise: the
-    difference of their logs within 1.96 standard errors of it (each 95% CI's half-width over 1.96 its own)."""
-    (ca, la, ha), (cb, lb, hb) = (np.log(np.array(g, dtype=float)) for g in (a, b))
-    se = np.hypot((ha - la) / (2 * 1.96), (hb - lb) / (2 * 1.96))
-    return bool(abs(ca - cb) <= 1.96 * se)
+    """Whether two independent measures of a ratio, each (median, ci_low, ci_high), differ by no more than their
+    noise: the difference of their logs within 1.96 of its standard errors."""
+    centres, se = _log_se([a, b])
+    return bool(abs(centres[0] - centres[1]) <= 1.96 * float(np.hypot(*se)))
 
 
 def window_rate(probe: ProbeResult) -> float:
