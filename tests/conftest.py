@@ -4,6 +4,7 @@ the renderers' tests, and the processes a test run started."""
 from __future__ import annotations
 
 import copy
+import subprocess
 from pathlib import Path
 
 import psutil
@@ -132,3 +133,23 @@ def tagged_processes(tag: str) -> list[psutil.Process]:
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return found
+
+
+@pytest.fixture
+def stuck_zygotes(monkeypatch) -> list:
+    """Probe zygotes whose start never ends (a stalled import of torch): each a real process that never writes its
+    ready line. Returns the list of those started, to check that each was ended."""
+    from tune_advisor.probe import runner
+
+    started = []
+
+    class Stuck(runner.Zygote):
+        def __init__(self, python, env):
+            self.python, self.env, self.ready, self.forked = python, env, False, False
+            self.proc = subprocess.Popen([python, "-c", "import time; time.sleep(120)"], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, bufsize=0)
+            self.replies = self.proc.stdout.fileno()
+            started.append(self)
+
+    monkeypatch.setattr(runner, "Zygote", Stuck)
+    return started

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import psutil
 import pytest
 
@@ -81,8 +83,6 @@ def test_a_pair_measures_both_sides_in_strict_turns(tmp_path):
 
 
 def test_a_pairs_new_parents_start_together_before_either_side_forks(tmp_path, monkeypatch):
-    import dataclasses
-
     from tune_advisor.probe import runner
 
     events = []
@@ -92,9 +92,9 @@ def test_a_pairs_new_parents_start_together_before_either_side_forks(tmp_path, m
             events.append("start")
             super().__init__(*args, **kwargs)
 
-        def request(self, message):
+        def request(self, message, ready_by=None):
             events.append("fork")
-            return super().request(message)
+            return super().request(message, ready_by)
 
     monkeypatch.setattr(runner, "Zygote", Logged)
     # GIVEN a pair that forked its sides from the two long-lived zygotes (as the search's duels do)
@@ -159,3 +159,15 @@ def test_the_wall_clock_limit_kills_both_sides(tmp_path, spawned):
     assert reference.extra["lockstep"]["stopped"] == "candidate-1 timed out"
     leftovers = [p for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
     assert leftovers == []
+
+
+def test_a_pair_whose_new_parents_are_not_ready_by_the_deadline_stops_there(tmp_path, stuck_zygotes):
+    # GIVEN a confirmation round's pair (new parents) with 3 s of the budget left, whose parents never get ready
+    pair = [dataclasses.replace(spec, fresh_parent=True, budget_left_s=3.0) for spec in specs(tmp_path)]
+    results = lockstep.run_pair(pair, tmp_path, ["confirm:reference", "confirm:candidate"])
+    # THEN the pair ends at its deadline (the second side waits no longer than the first), both sides stopped by
+    # the budget, not failed, and both parents are ended
+    assert [r.status for r in results] == [Status.STOPPED, Status.STOPPED]
+    assert 3.0 <= results[0].wall_s < 4.0 and results[1].wall_s < 1.0
+    assert results[0].extra["budget_stopped"] and "lockstep partner" in results[1].error
+    assert len(stuck_zygotes) == 2 and all(zygote.proc.poll() is not None for zygote in stuck_zygotes)

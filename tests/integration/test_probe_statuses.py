@@ -196,3 +196,21 @@ def test_a_probes_limit_holds_the_start_of_its_new_zygote(tmp_path, monkeypatch)
     assert result.status is Status.STOPPED
     assert 2.0 <= result.wall_s < 5.0 + 1.0
     assert clock.monotonic() - started - result.wall_s < 1.0
+
+
+def test_a_probe_whose_new_parent_is_not_ready_by_its_deadline_stops_there(tmp_path, stuck_zygotes):
+    from tune_advisor import knobs
+    from tune_advisor.probe import runner
+    from tune_advisor.probe.spec import ProbeSpec
+
+    # GIVEN a probe asking for a new parent with 3 s of the budget left, and a parent whose import never ends
+    spec = ProbeSpec(id="p1", workload=str(WORKLOADS / "tiny_mlp.py"), settings=knobs.full_settings({}),
+                     protocol=FAST, budget_left_s=3.0, fresh_parent=True)
+    result = runner.run_probe(spec, tmp_path)
+    # THEN it ends at its deadline, stopped by the budget (not failed), saying where it was, and the parent is
+    # ended: before, it waited on the parent's ready line for as long as the parent took (here two minutes)
+    assert result.status is Status.STOPPED and result.extra["budget_stopped"]
+    assert 3.0 <= result.wall_s < 4.0
+    assert runner.NEW_PARENT_PHASE in result.error and "before it forked" in result.error
+    assert stuck_zygotes and all(zygote.proc.poll() is not None for zygote in stuck_zygotes)
+    assert all(zygote not in stuck_zygotes for zygote in runner._zygotes.values())

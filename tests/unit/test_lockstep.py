@@ -422,9 +422,9 @@ def test_which_zygote_slot_each_side_forks_from(tmp_path, monkeypatch, first, fi
         def close(self):
             pass
 
-    def start_probe(spec, workdir, role, slot=0):
+    def start_probe(spec, workdir, role, slot=0, ready_by=None):
         started.append((spec.id, slot))
-        return SimpleNamespace(spec=spec)
+        return SimpleNamespace(spec=spec, began=True, deadline=float("inf"))
 
     monkeypatch.setattr(lockstep, "_Pair", Conducted)
     monkeypatch.setattr(runner, "start_probe", start_probe)

@@ -452,9 +452,16 @@ def run_pair(specs: Sequence[ProbeSpec], workdir: Path, roles: Sequence[str], fi
             slot = slots[side]
             channels.append(_Channel(workdir, spec.id))
             spec = dataclasses.replace(spec, lockstep=channels[-1].paths)
-            probes.append(runner.start_probe(spec, workdir, role, slot=slot))  # a zygote each: both forked at once
-        pair = _Pair(probes, channels, noise, match_turns)
-        why, culprit = pair.conduct(first)
+            ready_by = probes[0].deadline if probes else None  # the pair's deadline: the earlier side's
+            probes.append(runner.start_probe(spec, workdir, role, slot=slot, ready_by=ready_by))  # a zygote each
+        late = next((side for side, probe in enumerate(probes) if not probe.began), None)
+        if late is None:
+            pair = _Pair(probes, channels, noise, match_turns)
+            why, culprit = pair.conduct(first)
+        else:  # a side's new parent was not ready by the deadline: the pair ends as if that side timed out at once
+            for side, probe in enumerate(probes):
+                probe.kill(timed_out=side == late)
+            why, culprit = f"{specs[late].id} timed out", late
     except BaseException:  # Ctrl-C or a fault of ours: leave nothing running behind us
         for probe in probes:
             probe.kill()
@@ -470,7 +477,7 @@ def run_pair(specs: Sequence[ProbeSpec], workdir: Path, roles: Sequence[str], fi
     for side, result in enumerate(results):
         partner = results[1 - side]
         result.extra.setdefault("lockstep", {}).update(first=side == first, stopped=why, partner=partner.id)
-        if any(steps > 1 for steps in pair.turns[side]):
+        if pair is not None and any(steps > 1 for steps in pair.turns[side]):
             result.extra["lockstep"]["turns"] = pair.turns[side]
         if culprit is not None and side != culprit and not _partner_finished(result, partner, specs[0].protocol):
             _stopped_by_partner(result, partner)

@@ -53,6 +53,20 @@ class Spawned:
         self.proc.wait()
 
 
+class NotStarted:
+    """A probe whose new parent (a zygote importing torch) was not ready by the probe's deadline: no child ran, and
+    the probe ends as one that ran out of time (the budget holds that start too)."""
+
+    pid = None
+    returncode = None
+
+    def wait_until(self, deadline: float) -> bool:
+        return False
+
+    def wait(self) -> None:
+        pass
+
+
 def sleep_until_readable(fd: int, deadline: float) -> bool:
     while True:
         remaining = deadline - time.monotonic()

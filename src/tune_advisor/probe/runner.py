@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import math
 import os
 import re
 import shutil
@@ -19,7 +20,7 @@ import psutil
 
 from ..collectors.memory import TreeMemorySampler
 from .result import ProbeResult, Status
-from .process import Spawned, sleep_until_readable
+from .process import NotStarted, Spawned, sleep_until_readable
 from .spec import ProbeSpec
 
 SIGNAL_NAMES = {signal.SIGSEGV: "SIGSEGV (segmentation fault)", signal.SIGABRT: "SIGABRT (abort)",
@@ -34,7 +35,7 @@ class ChildRun:
 
     def __init__(self, returncode: int | None, result: dict | None, timed_out: bool, peak_bytes: int,
                  killed: int, phase: str, log_tail: str, wall_s: float, rss_sum_peak_bytes: int | None = None,
-                 peak_counts: str | None = None, smaps_unreadable: str | None = None):
+                 peak_counts: str | None = None, smaps_unreadable: str | None = None, began: bool = True):
         self.returncode, self.result, self.timed_out = returncode, result, timed_out
         self.peak_bytes, self.killed, self.phase, self.log_tail, self.wall_s = (
             peak_bytes, killed, phase, log_tail, wall_s)
@@ -42,6 +43,7 @@ class ChildRun:
         # is readable; `peak_counts` says how it was counted); rss_sum_peak_bytes: every process's RSS summed.
         self.rss_sum_peak_bytes, self.peak_counts = rss_sum_peak_bytes, peak_counts
         self.smaps_unreadable = smaps_unreadable  # why the peak is the summed RSS, where it is
+        self.began = began  # False: its new parent was not ready by the deadline, and no child ran
 
 
 class Started:
@@ -55,14 +57,20 @@ class Started:
         self.started = started
         self.deadline = self.started + spec.limit_s
         self.sampler = TreeMemorySampler(child.pid)
-        self.sampler.start()
+        if self.began:
+            self.sampler.start()
         self.timed_out, self.killed = False, 0
         self.kill_sent = False  # killed by us already: a later deadline does not make it a timeout
+
+    @property
+    def began(self) -> bool:
+        """Whether a child process was started (not so where its new parent missed the deadline: NotStarted)."""
+        return self.pid is not None
 
     def kill(self, timed_out: bool = False) -> None:
         """SIGKILL the child's process group; `timed_out`: because its wall-clock limit passed."""
         self.kill_sent = True
-        killed = kill_group(self.pid)
+        killed = kill_group(self.pid) if self.began else 0
         if timed_out and not self.timed_out:
             self.timed_out, self.killed = True, killed
 
@@ -73,10 +81,12 @@ def spawn_child(spec: ProbeSpec, workdir: Path, python: str = sys.executable) ->
 
 
 def start_probe(spec: ProbeSpec, workdir: Path, role: str = "", python: str = sys.executable,
-                slot: int = 0) -> Started:
+                slot: int = 0, ready_by: float | None = None) -> Started:
     """Start the child for `spec` in its own session (= process group) and return without waiting.
 
-    `slot` picks the zygote: one forks one child at a time, so probes that run together need one each."""
+    `slot` picks the zygote: one forks one child at a time, so probes that run together need one each. A probe
+    asking for a new parent waits for it until its own deadline, or `ready_by` if sooner (a lockstep pair's
+    second side: the pair ends at its first side's deadline)."""
     asked = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
     spec_path = workdir / f"{spec.id}.spec.json"
@@ -101,7 +111,11 @@ def start_probe(spec: ProbeSpec, workdir: Path, role: str = "", python: str = sy
     else:
         if spec.fresh_parent and not _unused(slot):
             retire_zygote(slot)
-        child = start_child(python, [str(spec_path), str(result_path)], log_path, env, slot)
+        # a new parent's start counts against the probe (below), so the wait for it ends at the probe's deadline
+        ready_by = min(asked + spec.limit_s, math.inf if ready_by is None else ready_by) if spec.fresh_parent else None
+        child = start_child(python, [str(spec_path), str(result_path)], log_path, env, slot, ready_by)
+        if isinstance(child, NotStarted):
+            phase_path.write_text(NEW_PARENT_PHASE)
     # A probe that asked for a new parent (spec.fresh_parent) counts its start, seconds long, against its limit and
     # in its wall time: the start is its own, and the budget must hold it. Others begin when their child does (a
     # zygote's first start, or a restart for a new environment, is the process's, not one probe's).
@@ -168,13 +182,14 @@ def wait_child(run: Started) -> ChildRun:
             run.kill(timed_out=not run.kill_sent)  # one killed already (a lockstep partner's) may still be dying
             child.wait()
     except BaseException:  # Ctrl-C or any error here: leave nothing running behind us
-        kill_group(child.pid)
+        run.kill()
         child.wait()
         raise
     finally:
-        run.sampler.stop()
-        # Workers can outlive a crashed child; the group is killed either way.
-        kill_group(child.pid)
+        if run.began:
+            run.sampler.stop()
+            # Workers can outlive a crashed child; the group is killed either way.
+            kill_group(child.pid)
         shutil.rmtree(run.scratch, ignore_errors=True)
     wall = time.monotonic() - run.started
 
@@ -188,15 +203,16 @@ def wait_child(run: Started) -> ChildRun:
     sampler = run.sampler
     return ChildRun(child.returncode, result, run.timed_out, sampler.peak_bytes, run.killed, phase,
                     _tail(log_path), wall, rss_sum_peak_bytes=sampler.rss_sum_peak_bytes,
-                    peak_counts=sampler.peak_counts, smaps_unreadable=sampler.smaps_unreadable)
+                    peak_counts=sampler.peak_counts, smaps_unreadable=sampler.smaps_unreadable, began=run.began)
 
 
 class Forked:
     """A child forked by the zygote (probe/zygote.py), which has torch imported already."""
 
-    def __init__(self, zygote: "Zygote", argv: list[str], log_path: Path, env: dict[str, str]):
+    def __init__(self, zygote: "Zygote", argv: list[str], log_path: Path, env: dict[str, str],
+                 ready_by: float | None = None):
         self.zygote = zygote
-        self.pid = zygote.request({"argv": argv, "log": str(log_path), "env": env})["pid"]
+        self.pid = zygote.request({"argv": argv, "log": str(log_path), "env": env}, ready_by)["pid"]
         self.returncode: int | None = None
 
     def wait_until(self, deadline: float) -> bool:
@@ -215,6 +231,13 @@ class Forked:
                 raise
 
 
+class NotReady(Exception):
+    """A zygote still importing torch when the probe waiting for it reached its deadline."""
+
+
+NEW_PARENT_PHASE = "starting its new parent process (importing torch)"
+
+
 class Zygote:
     """The long-lived pre-warmed parent of probe children; one per environment, started on first use."""
 
@@ -228,8 +251,12 @@ class Zygote:
         self.ready = False
         self.forked = False  # whether any child came from it (a probe asking for a new parent takes one that has not)
 
-    def request(self, message: dict) -> dict:
+    def request(self, message: dict, ready_by: float | None = None) -> dict:
+        """Send `message` and return the reply; a zygote still starting is waited for until `ready_by` (monotonic;
+        None: as long as it takes), then NotReady."""
         if not self.ready:
+            if ready_by is not None and not sleep_until_readable(self.replies, ready_by):
+                raise NotReady
             if not self.reply().get("ready"):
                 raise OSError("the zygote did not start")
             self.ready = True
@@ -254,10 +281,11 @@ ZYGOTE_START_S = 2.5  # a new zygote's import of torch and friends: 2.1 s on 2 c
 _zygotes: dict[int, Zygote] = {}  # by slot: a zygote runs one child at a time; lockstep pairs use slots 0 and 1
 
 
-def start_child(python: str, argv: list[str], log_path: Path, env: dict[str, str],
-                slot: int = 0) -> Spawned | Forked:
+def start_child(python: str, argv: list[str], log_path: Path, env: dict[str, str], slot: int = 0,
+                ready_by: float | None = None) -> Spawned | Forked | NotStarted:
     """Fork the child from the slot's zygote (started, or restarted when the environment changed, as needed); a
-    new process when TUNE_ADVISOR_NO_ZYGOTE is set or the zygote cannot start."""
+    new process when TUNE_ADVISOR_NO_ZYGOTE is set or the zygote cannot start; NotStarted (the zygote ended) when
+    it is not ready by `ready_by`."""
     if not _zygotes_used():
         return Spawned(python, argv, log_path, env)
     shared = _zygote_env(env)
@@ -269,7 +297,10 @@ def start_child(python: str, argv: list[str], log_path: Path, env: dict[str, str
                     del _zygotes[slot]
                     zygote.close()
                 zygote = _zygotes[slot] = Zygote(python, shared)
-            return Forked(zygote, argv, log_path, env)
+            return Forked(zygote, argv, log_path, env, ready_by)
+        except NotReady:
+            _discard(zygote)
+            return NotStarted()
         except (OSError, ValueError):
             _zygotes.pop(slot, None)
     return Spawned(python, argv, log_path, env)
@@ -366,7 +397,8 @@ def finish_probe(started: Started) -> ProbeResult:
 
     if run.timed_out:
         where = f" (last phase: {run.phase})" if run.phase else ""
-        killed = f"killed the probe's process group ({run.killed} process{'es' if run.killed != 1 else ''})"
+        killed = (f"killed the probe's process group ({run.killed} process{'es' if run.killed != 1 else ''})"
+                  if run.began else "its new parent was ended before it forked the probe's child")
         if spec.budget_bound:  # the analysis ran out of time, not the probe: no verdict on its settings
             result.status = Status.STOPPED
             # an exploring probe's limit is the budget less the time kept for the ablation and confirmation
