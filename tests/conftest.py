@@ -42,9 +42,12 @@ def short_confirmation(monkeypatch):
     in turn), not spread over a fifth of the budget: end-to-end tests check what an analysis decides and writes,
     and on tiny workloads the default confirmation was most of their time (a 16-round one, 34 probes, took 103 s
     of the Ray grid test's 112). How long a confirmation goes on is tested with fakes (tests/unit/test_planner.py).
+    Its probes fork from the long-lived zygotes, not each from a new one: a new zygote's start (2-5 s) was a third
+    of a test's analysis; new parents are tested in tests/integration/test_lockstep.py and test_probe_statuses.py.
     Only for analyses in this process: a CLI run as a subprocess keeps the defaults."""
     from tune_advisor.planner import confirm
 
+    monkeypatch.setattr(confirm, "CONFIRM_FRESH_PARENTS", False)
     monkeypatch.setattr(confirm, "CONFIRM_SPAN_SHARE", 0.0)
     monkeypatch.setattr(confirm, "CONFIRM_MAX_ROUNDS", confirm.CONFIRM_ROUNDS)
     monkeypatch.setattr(confirm, "CONFIRM_MAX_ROUNDS_IN_TURN", confirm.CONFIRM_MIN_ROUNDS_IN_TURN)

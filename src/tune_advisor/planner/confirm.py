@@ -93,6 +93,7 @@ FIRST_MOVER_MIN_ROUNDS = 5
 # `backend.fresh_parent_s`; a lockstep pair's two zygotes start side by side before either side forks), is not
 # kept back from the search: a round or run alone forks from new zygotes where the budget left holds their start,
 # from the long-lived ones otherwise (a short --budget loses no rung).
+CONFIRM_FRESH_PARENTS = True
 
 
 def confirm(session, base: ProbeResult, winner: ProbeResult,
@@ -128,7 +129,7 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
             break
         a, b = session.duel(base, winner, ("confirm:baseline", "confirm:recommended"), first=i % 2,
                             window_s=CONFIRM_TURN_WINDOW_S, turn_s=CONFIRM_TURN_S if timed else None,
-                            fresh=_affords_round(session, base, winner, turn, fresh=True))
+                            fresh=CONFIRM_FRESH_PARENTS and _affords_round(session, base, winner, turn, fresh=True))
         rounds.append((a, b))
         if not (a.ok and b.ok):
             break
@@ -177,7 +178,7 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
             needed = plain_wall(winner if settings == winner.settings else base)
             if left is not None and left < needed:
                 break
-            fresh = left is None or left >= needed + session.fresh_parent_s
+            fresh = CONFIRM_FRESH_PARENTS and (left is None or left >= needed + session.fresh_parent_s)
             alone = session.run(settings, role, reuse=False, fresh=fresh)
             speedup["probes"].append(alone.id)
     if not (median >= 1 + MIN_GAIN and low > 1.0):
