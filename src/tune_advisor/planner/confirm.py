@@ -93,7 +93,7 @@ FIRST_MOVER_MIN_ROUNDS = 5
 # `backend.fresh_parent_s`; a lockstep pair's two zygotes start side by side before either side forks), is not
 # kept back from the search: a round or run alone forks from new zygotes where the budget left holds their start,
 # from the long-lived ones otherwise (a short --budget loses no rung).
-CONFIRM_FRESH_PARENTS = True
+CONFIRM_FRESH_PARENTS = True  # off only where the tests' short confirmations skip that cost (tests/conftest.py)
 
 
 def confirm(session, base: ProbeResult, winner: ProbeResult,
