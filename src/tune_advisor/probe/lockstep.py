@@ -220,6 +220,13 @@ class _TimedOut(Exception):
         self.side = side  # the side whose line did not come in time
 
 
+def _time_out(probes: list[runner.Started], late: int) -> tuple[str, int]:
+    """Kill both sides, `late` as timed out (the other waited on it); why the pair stopped, as `_Pair.conduct` says."""
+    for side, probe in enumerate(probes):
+        probe.kill(timed_out=side == late)
+    return f"{probes[late].spec.id} timed out", late
+
+
 class _Pair:
     """Hands the baton between two started children (runner.Started) and decides when both have measured enough."""
 
@@ -269,9 +276,7 @@ class _Pair:
                 self._stop(side)
             return f"{self.probes[ended.side].spec.id} ended", ended.side
         except _TimedOut as late:
-            for side, probe in enumerate(self.probes):  # only the late side timed out; the other waited on it
-                probe.kill(timed_out=side == late.side)
-            return f"{self.probes[late.side].spec.id} timed out", late.side
+            return _time_out(self.probes, late.side)
         for side in (0, 1):
             self._stop(side)
         return "measured", None
@@ -459,9 +464,7 @@ def run_pair(specs: Sequence[ProbeSpec], workdir: Path, roles: Sequence[str], fi
             pair = _Pair(probes, channels, noise, match_turns)
             why, culprit = pair.conduct(first)
         else:  # a side's new parent was not ready by the deadline: the pair ends as if that side timed out at once
-            for side, probe in enumerate(probes):
-                probe.kill(timed_out=side == late)
-            why, culprit = f"{specs[late].id} timed out", late
+            why, culprit = _time_out(probes, late)
     except BaseException:  # Ctrl-C or a fault of ours: leave nothing running behind us
         for probe in probes:
             probe.kill()
