@@ -18,6 +18,11 @@ zygote share its memory layout, which set tiny_batch_mlp's baseline ~15% apart f
       within itself), so a gap inside that CI is the re-measure's noise as much as the report's. "in CI": whether the
       re-measured speedup lies inside the 95% CI the run reported for its speedup. Where both runs chose the
       same settings, the agree line gives their two re-measures: how far apart two re-measures land.
+      "(c) [95% CI]": the ratio with an interval that carries both figures' own (their log half-widths added in
+      quadrature, each side's: two independent estimates), and a verdict: "held" (the interval inside ±5%: both
+      figures precise enough to show the ratio within ±5%), "noise" (the interval holds 1 but reaches past ±5%:
+      the two figures cannot tell a ±5% miss from a hit), "MISS" (the interval excludes 1: the two disagree beyond
+      both figures' noise). The last line counts them over all runs.
 Prints the CPU model and flags first, and the folder it keeps each analysis in: its results.json and
 remeasures.json (the rounds above) are what benchmarks/session_drift.py calibrates figures.SESSION_DRIFT on. Takes
 twice the time a plan takes to end (most end on their own within a few minutes of the default budget) plus a few
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import tempfile
@@ -86,6 +92,31 @@ def remeasured_speedup(base_rates: list[float], rec_rates: list[float]) -> tuple
     return stats.rounds_ratio_interval([r / b for b, r in zip(base_rates, rec_rates)])
 
 
+def ratio_interval(reported: tuple[float, float, float],
+                   again: tuple[float, float, float]) -> tuple[float, float, float]:
+    """(c) with a 95% CI: reported / re-measured, each given as (centre, low, high) with its own 95% CI, the two
+    taken as independent; each side's log half-widths added in quadrature (the reported figure's low side with the
+    re-measure's high side for the low end). Ends are NaN where either figure has no interval."""
+    (r, r_low, r_high), (m, m_low, m_high) = reported, again
+    log_r, log_m = math.log(r), math.log(m)
+    try:
+        down = math.hypot(log_r - math.log(r_low), math.log(m_high) - log_m)
+        up = math.hypot(math.log(r_high) - log_r, log_m - math.log(m_low))
+    except (TypeError, ValueError):  # None or a non-positive end: no interval
+        return r / m, float("nan"), float("nan")
+    return r / m, math.exp(log_r - log_m - down), math.exp(log_r - log_m + up)
+
+
+def verdict(ratio: tuple[float, float, float], tolerance: float = 0.05) -> str:
+    """"held" (the interval inside 1 ± tolerance), "MISS" (it excludes 1), or "noise" (neither, or no interval)."""
+    _, low, high = ratio
+    if low >= 1 - tolerance and high <= 1 + tolerance:
+        return "held"
+    if low > 1 or high < 1:
+        return "MISS"
+    return "noise"
+
+
 def inside(rate: float, figure: dict | None) -> bool:
     return bool(figure) and figure["ci_low"] is not None and figure["ci_low"] <= rate <= figure["ci_high"]
 
@@ -111,8 +142,10 @@ def main(argv: list[str]) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="repro-"))
     print(f"analyses kept in {tmp}")
     hits = total = 0
+    verdicts: list[str] = []
     print(f"{'fixture':<20} {'run':>3} {'recommended':<45} {'speedup':>8} {'re-measured [95% CI]':>24} "
-          f"{'ratio':>6} {'in CI':>6} {'inside':>7}  interval widths (high/low: baseline, recommended)")
+          f"{'ratio':>6} {'(c) [95% CI]':>22} {'in CI':>6} {'inside':>7}  interval widths (high/low: baseline, "
+          "recommended)")
     for name in names:
         path = ROOT / "fixtures" / f"{name}.py"
         runs = []
@@ -139,13 +172,18 @@ def main(argv: list[str]) -> int:
                 # A run that kept the baseline reports 1.00x of the same settings, exact by identity: its rounds
                 # (two fresh probes of one setting) show the re-measure's floor, not the report's error.
                 floor_aa, again, low, high = again, 1.0, 1.0, 1.0
+            # a kept baseline's 1.00x is exact by identity: its ratio is 1 with no interval to carry
+            ratio = (1.0, 1.0, 1.0) if kept else ratio_interval(
+                (reported, speedup.get("ci_low"), speedup.get("ci_high")), (again, low, high))
+            verdicts.append(verdict(ratio))
             covered = ("-" if speedup.get("ci_low") is None else
                        "yes" if speedup["ci_low"] <= again <= speedup["ci_high"] else "NO")
             runs.append((doc, figures, again))
             changes = knobs.describe(doc["recommended"]["settings"], doc["baseline"]["settings"])
             print(f"{name:<20} {i:>3} {changes[:45]:<45} {reported:>7.2f}x "
                   f"{f'{again:.2f}x [{low:.2f}, {high:.2f}]':>24} "
-                  f"{reported / again:>6.3f} {covered:>6} {n_in:>3}/{len(base_rates) + len(rec_rates)}  "
+                  f"{reported / again:>6.3f} {f'[{ratio[1]:.3f}, {ratio[2]:.3f}] {verdicts[-1]}':>22} "
+                  f"{covered:>6} {n_in:>3}/{len(base_rates) + len(rec_rates)}  "
                   f"{width(figures.get('baseline'))}, {width(figures.get('recommended'))}", flush=True)
             # each round's two fresh probes, in the order measured: where a re-measure's own spread comes from
             print(f"{'':<20} {'':>3} rounds (baseline, recommended): "
@@ -160,6 +198,9 @@ def main(argv: list[str]) -> int:
         floor = f" (their re-measures {again_a:.2f}x and {again_b:.2f}x, {again_a / again_b:.3f})" if same else ""
         print(f"{name:<20} agree: {'same settings' if same else 'within each other' if within else 'NO'}{floor}")
     print(f"inside the printed interval: {hits}/{total} re-measures ({hits / max(1, total):.0%}; target >= 90%)")
+    print(f"(c) over {len(verdicts)} runs: held within ±5% (interval inside) {verdicts.count('held')}, "
+          f"undecided by the two figures' noise {verdicts.count('noise')}, "
+          f"missed beyond both figures' noise {verdicts.count('MISS')}")
     return 0
 
 
