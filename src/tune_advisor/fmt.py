@@ -59,6 +59,15 @@ def fmt_speedup(value: Any) -> str:
     return DASH if _missing(value) else f"{value:.2f}x"
 
 
+def fmt_later(speedup: Any) -> str:
+    """Where a later measure of a confirmed speedup is expected to fall (its `later`), '1.74–2.10x in a later
+    session'; '' where it has none."""
+    later = speedup.get("later") if isinstance(speedup, Mapping) else None
+    if not isinstance(later, Mapping) or _missing(later.get("ci_low")) or _missing(later.get("ci_high")):
+        return ""
+    return f"{later['ci_low']:.2f}–{later['ci_high']:.2f}x in a later session"
+
+
 def fmt_pct(fraction: float | None, digits: int = 1) -> str:
     return DASH if _missing(fraction) else f"{fraction * 100:.{digits}f}%"
 

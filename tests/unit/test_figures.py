@@ -160,3 +160,41 @@ def test_a_drift_between_sessions_set_for_a_quiet_machine_narrows_the_figures_an
         assert quiet[side]["ci_high"] / quiet[side]["ci_low"] < default[side]["ci_high"] / default[side]["ci_low"]
         assert "a drift between sessions of 2.0% (log sd, set by --session-drift)" in quiet[side]["interval"]
         assert "measured on shared cloud machines" in default[side]["interval"]
+
+
+def test_a_confirmed_speedup_says_where_a_later_measure_of_it_falls():
+    median, low, high = SPEEDUP["median"], SPEEDUP["ci_low"], SPEEDUP["ci_high"]
+    # WHEN a confirmed speedup is given the range a later session's measure of it falls in
+    got = figures.later(median, low, high)
+    # THEN each side of its CI (in logs) grows by 1.96 sd of the speedup's drift in quadrature, no more
+    assert got["ci_low"] == pytest.approx(median * math.exp(-math.hypot(math.log(median / low),
+                                                                        1.959964 * figures.SPEEDUP_DRIFT)), rel=1e-6)
+    assert got["ci_high"] == pytest.approx(median * math.exp(math.hypot(math.log(high / median),
+                                                                        1.959964 * figures.SPEEDUP_DRIFT)), rel=1e-6)
+    assert got["ci_low"] < low < median < high < got["ci_high"] and got["drift"] == figures.SPEEDUP_DRIFT
+    assert f"of {figures.SPEEDUP_DRIFT:.1%} (log sd, measured on shared cloud machines)" in got["interval"]
+    # AND it follows --session-drift: a quiet machine's narrower, and 0 leaves the CI itself
+    quiet = figures.later(median, low, high, between=figures.SESSION_DRIFT / 2)
+    assert quiet["drift"] == pytest.approx(figures.SPEEDUP_DRIFT / 2) and low > quiet["ci_low"] > got["ci_low"]
+    assert "scaled from --session-drift" in quiet["interval"]
+    none = figures.later(median, low, high, between=0.0)
+    assert (none["ci_low"], none["ci_high"]) == pytest.approx((low, high))
+    # AND a speedup without a CI has no such range
+    assert figures.later(median, float("nan"), float("nan")) is None and figures.later(median, None, high) is None
+
+
+def test_the_speedups_drift_is_what_the_committed_benchmark_rows_calibrate(monkeypatch):
+    # The constant is the calibration of benchmarks/speedup_drift.py over its committed rows, worked out again
+    # here: a changed csv or calibration cannot leave it stale.
+    import csv
+
+    from tune_advisor.analysis import stats
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import speedup_drift
+
+    with speedup_drift.CSV.open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) >= 136
+    assert stats.between_for_coverage(*speedup_drift.deviations(rows), 0.95) == pytest.approx(
+        figures.SPEEDUP_DRIFT, abs=0.0005)

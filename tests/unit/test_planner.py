@@ -7,7 +7,7 @@ import pytest
 
 from tune_advisor import knobs
 from tune_advisor.knobs import DeviceFacts, WorkloadFacts
-from tune_advisor.planner import PlanContext, Session, plan
+from tune_advisor.planner import PlanContext, Session, figures, plan
 from tune_advisor.planner.grid import combinations
 from tune_advisor.probe.result import ProbeResult, Status
 
@@ -27,6 +27,10 @@ def test_combines_every_real_gain_and_confirms_it():
     assert rec["num_workers"] == 0 and rec["checkpointing"] is False
     # AND the speedup (1.5 * 1.2 * 1.7 = 3.06x) comes from baseline and winner re-measured interleaved
     assert 2.9 < outcome.speedup["median"] < 3.2 and outcome.speedup["ci_low"] > 2.8
+    # AND it says where a later session's measure of it falls: its CI widened by the speedup's drift
+    later = outcome.speedup["later"]
+    assert later["ci_low"] < outcome.speedup["ci_low"] and later["ci_high"] > outcome.speedup["ci_high"]
+    assert later["drift"] == figures.SPEEDUP_DRIFT and "later measure of this speedup" in later["interval"]
     assert [p.role for p in outcome.probes][-8:] == [  # A B, B A, A B; then each once alone, for its figure
         "confirm:baseline", "confirm:recommended", "confirm:recommended", "confirm:baseline",
         "confirm:baseline", "confirm:recommended", "confirm:alone:recommended", "confirm:alone:baseline"]
@@ -2015,3 +2019,25 @@ def test_a_session_made_with_a_drift_between_sessions_gives_it_to_every_figure()
         assert "a drift between sessions of 2.0% (log sd, set by --session-drift)" in quiet["interval"]
         assert "measured on shared cloud machines" in default["interval"]
         assert quiet["ci_high"] / quiet["ci_low"] < default["ci_high"] / default["ci_low"]
+
+
+def test_a_quiet_machines_session_drift_narrows_where_a_later_measure_of_the_speedup_falls():
+    from tune_advisor.planner.confirm import confirm
+
+    # GIVEN a winner 1.5x the baseline, confirmed where --session-drift says the machine does not drift, and where
+    # it is left at the calibrated default
+    def rate(s):
+        return 1500.0 if s["amp"] == "bf16" else 1000.0
+
+    got = {}
+    for drift in (0.0, None):
+        clock = FakeClock()
+        session = Session(FakeBackend(rate, clock=clock), None, clock=clock, session_drift=drift)
+        base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
+        winner = session.run({**base.settings, "amp": "bf16"}, "knob:amp")
+        got[drift] = confirm(session, base, winner, [])[1]
+    # THEN with no drift a later measure is expected within the confirmation's own CI; with the default, wider
+    quiet, default = got[0.0], got[None]
+    assert (quiet["later"]["ci_low"], quiet["later"]["ci_high"]) == pytest.approx((quiet["ci_low"], quiet["ci_high"]))
+    assert quiet["later"]["drift"] == 0.0 and default["later"]["drift"] == figures.SPEEDUP_DRIFT
+    assert default["later"]["ci_low"] < default["ci_low"] and default["later"]["ci_high"] > default["ci_high"]

@@ -73,3 +73,25 @@ def test_a_findings_loader_fix_and_the_apply_it_snippet_agree_on_pinning_and_pre
     # on CUDA the fix spells pinning out either way, with the asynchronous copy when pinned
     assert ("pin_memory=False" in fix) == (not pin) and ("non_blocking=True" in fix) == pin
     assert "pin_memory" not in snippets.dataloader(settings, cuda=False)  # no CUDA: pinning does nothing
+
+
+def test_every_renderer_shows_where_a_later_measure_of_the_speedup_falls_and_a_hand_edited_range_is_dropped():
+    from tune_advisor.planner import figures
+
+    # GIVEN the cnn run's confirmed speedup with the range a later session's measure of it falls in
+    doc = golden("cnn")
+    s = doc["speedup"]
+    doc["speedup"]["later"] = figures.later(s["median"], s["ci_low"], s["ci_high"])
+    shown = f"{s['later']['ci_low']:.2f}–{s['later']['ci_high']:.2f}x"
+    # THEN each renderer shows it beside the confirmed speedup, whose own CI stays as it was
+    text = {name: module.render(doc) for name, module in RENDERERS.items()}
+    assert f"Speedup      2.29x (95% CI 2.21–2.38); {shown} in a later session" in text["terminal"]
+    assert f"In a later session: {shown} (95%: where a later measure" in text["markdown"]
+    card = re.search(r'confirmed speedup</div>.*?<div class="detail">(.*?)</div>', text["html"], re.S).group(1)
+    assert card.startswith(f"95% CI 2.21–2.38x; {shown} in a later session; ")
+    # AND the side-by-side comparison of two runs too
+    assert f"{shown} in a later session" in html.render_compare(doc, golden("cnn"), ("a", "b"))
+    # AND a file without it (written before it existed), or with junk in it, renders without it
+    for junk in (None, "wide", {"ci_low": "x", "ci_high": 3}):
+        doc["speedup"]["later"] = junk
+        assert "in a later session" not in terminal.render(doc) + markdown.render(doc) + html.render(doc)

@@ -10,6 +10,7 @@ import numpy as np
 from .. import knobs
 from ..analysis import stats
 from ..probe.result import ProbeResult, Status
+from . import figures
 from .compare import DUEL_MAX_S, pair_ratio, plain_wall, window_rate
 from .keep import MIN_GAIN
 
@@ -168,6 +169,7 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
                      "overlapping; the speedup's interval is widened to hold both")
     speedup = {"median": median, "ci_low": low, "ci_high": high,
                "method": f"baseline and recommended {how}, {rounds_text}", "interval": interval,
+               "later": figures.later(median, low, high, session.session_drift),
                "probes": [r.id for pair in rounds for r in pair]}
     differs = compile_disagreement(session.probes, [b for _, b in rounds], winner.settings)
     if differs:

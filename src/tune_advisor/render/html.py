@@ -37,8 +37,8 @@ def environment() -> jinja2.Environment:
         trim_blocks=True, lstrip_blocks=True,
     )
     env.filters.update(
-        rate=fmt.fmt_rate, bytes=fmt.fmt_bytes, ci=fmt.fmt_ci, speedup=fmt.fmt_speedup, pct=fmt.fmt_pct,
-        ms=fmt.fmt_ms, seconds=fmt.fmt_seconds, value=fmt.fmt_value, describe=knobs.describe,
+        rate=fmt.fmt_rate, bytes=fmt.fmt_bytes, ci=fmt.fmt_ci, speedup=fmt.fmt_speedup, later=fmt.fmt_later,
+        pct=fmt.fmt_pct, ms=fmt.fmt_ms, seconds=fmt.fmt_seconds, value=fmt.fmt_value, describe=knobs.describe,
         map_values=lambda items: [(k, fmt.fmt_value(v)) for k, v in items],
     )
     return env

@@ -11,7 +11,7 @@ import re
 from typing import Any, Mapping
 
 from .. import knobs
-from ..fmt import fmt_bytes, fmt_ci, fmt_pct, fmt_seconds, fmt_speedup, fmt_value
+from ..fmt import fmt_bytes, fmt_ci, fmt_later, fmt_pct, fmt_seconds, fmt_speedup, fmt_value
 from . import view
 
 output_file_extension = "md"
@@ -68,6 +68,9 @@ def render(document: Mapping[str, Any]) -> str:
                 f"| probe | {escape(base.get('id', '-'))} | {escape(rec.get('id', '-'))} |", ""]
         if r.speedup and r.speedup.get("method"):
             out += [f"Speedup method: {escape(r.speedup['method'])}.", ""]
+        if fmt_later(r.speedup):
+            out += [f"In a later session: {escape(fmt_later(r.speedup).removesuffix(' in a later session'))} "
+                    f"({escape(r.speedup['later']['interval'])}).", ""]
         if r.batch_note:
             out += [f"> [!NOTE]\n> {escape(r.batch_note)}", ""]
     if r.snippet:

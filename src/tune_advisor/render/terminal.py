@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import knobs
-from ..fmt import fmt_bytes, fmt_ci, fmt_rate, fmt_speedup
+from ..fmt import fmt_bytes, fmt_ci, fmt_later, fmt_rate, fmt_speedup
 from ..probe.result import ProbeResult
 from . import view
 
@@ -99,7 +99,9 @@ def document_summary(document: Mapping[str, Any], console: Console, results_path
             console.print(f"[bold]Recommended[/]  {escape(r.verdict)}", highlight=False)
         if r.speedup and r.speedup.get("median") is not None:
             method = f"; {r.speedup['method']}" if r.speedup.get("method") else ""
-            console.print(f"[bold]Speedup[/]      {fmt_speedup(r.speedup)}{escape(str(method))}", highlight=False)
+            later = f"; {fmt_later(r.speedup)}" if fmt_later(r.speedup) else ""
+            console.print(f"[bold]Speedup[/]      {fmt_speedup(r.speedup)}{later}{escape(str(method))}",
+                          highlight=False)
         if r.batch_note:
             console.print(f"               note: {escape(r.batch_note)}", highlight=False)
         if r.snippet:

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from .. import frameworks, knobs, snippets
 from ..script import flags
-from ..fmt import fmt_bytes, fmt_ci, fmt_seconds, fmt_speedup, fmt_value
+from ..fmt import fmt_bytes, fmt_ci, fmt_later, fmt_seconds, fmt_speedup, fmt_value
 
 FAILED = ("oom", "error", "timeout", "crashed", "diverged")
 # Neither failures nor verdicts on a knob: cut short (the budget, a lockstep partner), or no kernel on this machine.
@@ -177,6 +177,10 @@ def build(document: Mapping[str, Any]) -> Report:
         speedup = {**speedup, **{k: as_num(speedup.get(k)) for k in ("median", "ci_low", "ci_high")}}
         if not isinstance(speedup.get("method"), str):
             speedup.pop("method", None)
+        later = as_dict(speedup.get("later"))
+        later = {**{k: as_num(later.get(k)) for k in ("ci_low", "ci_high")},
+                 "interval": later.get("interval") if isinstance(later.get("interval"), str) else ""}
+        speedup["later"] = later if None not in (later["ci_low"], later["ci_high"]) else None
     return Report(
         document=doc,
         title=_title(workload),
@@ -504,7 +508,8 @@ def compare(doc_a: Mapping, doc_b: Mapping, names: tuple[str, str] = ("A", "B"))
         ("recommended changes", *both(lambda r: knobs.describe(r.changes) if r.changes else "(none)")),
         ("baseline throughput", *both(lambda r: fmt_ci(as_dict(r.baseline).get("throughput")))),
         ("recommended throughput", *both(lambda r: fmt_ci(as_dict(r.recommended).get("throughput")))),
-        ("confirmed speedup", *both(lambda r: fmt_speedup(r.speedup))),
+        ("confirmed speedup", *both(lambda r: "; ".join(t for t in (fmt_speedup(r.speedup), fmt_later(r.speedup))
+                                                        if t))),
         ("baseline peak memory", *both(lambda r: fmt_bytes(as_dict(r.baseline).get("peak_memory_bytes")))),
         ("recommended peak memory", *both(lambda r: fmt_bytes(as_dict(r.recommended).get("peak_memory_bytes")))),
         ("probes (failed)", *both(lambda r: f"{len(r.rows)} ({len(r.failed)})")),
