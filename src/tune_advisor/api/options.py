@@ -56,7 +56,8 @@ class AnalyzeOptions:
     probes. `script_args`: a plain script's arguments (after `--`); `maps`: its flags that set knobs (`--map`
     specs, or pyproject's knob -> FLAG[:VALUE] table), held as {knob: FlagMap}; `script_cwd`: the folder the script
     runs in (None: a scratch folder per probe). See docs/script-mode.md. `session_drift`: the log sd of the
-    machine's level between runs that every figure's interval carries (None: figures.SESSION_DRIFT).
+    machine's level between runs that every figure's interval carries (None: figures.SESSION_DRIFT), and, scaled,
+    the speedup's range for a later measure (`figures.speedup_drift`).
     """
 
     out: Path | str | None = None

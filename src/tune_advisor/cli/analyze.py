@@ -117,7 +117,8 @@ def command(
                                                         "the workload file, settings or hardware changed)."),
     session_drift: Optional[float] = typer.Option(
         None, help="How far this machine's speed moves from one run to the next, minutes to hours apart (log sd), "
-                   "which every throughput figure's interval carries [default: 0.074, calibrated on shared cloud "
+                   "which every throughput figure's interval carries (scaled by 0.043/0.074, so does the range "
+                   "given for a later measure of the speedup) [default: 0.074, calibrated on shared cloud "
                    "machines; benchmarks/session_drift.py measures a machine's own]."),
     json_out: bool = typer.Option(False, "--json", help="Print results.json to stdout when done."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors (and --json output)."),
