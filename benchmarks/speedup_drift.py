@@ -20,7 +20,8 @@ re-measured speedup with their 95% CIs as the benchmark printed them); runs that
 identity) are not rows. `--add RUN_DIR ...` appends the runs of reproducibility.py folders ("analyses kept in").
 
     python benchmarks/speedup_drift.py                       # the committed rows
-    python benchmarks/speedup_drift.py RUN_DIR ... [--add]   # with these runs (and keep them)
+    python benchmarks/speedup_drift.py RUN_DIR ... [--add] [--source LABEL] [--exclude cnn-1,...]
+                                                             # with these runs (and keep them)
 """
 
 from __future__ import annotations
@@ -46,10 +47,13 @@ FIELDS = ["source", "machine", "fixture", "run", "reported", "reported_low", "re
 TOLERANCE = math.log(1.05)  # (c)'s ±5%, on the log scale the ratio's noise lives on
 
 
-def rows_of(run_dir: Path) -> list[dict]:
-    """One row per run in `run_dir` (reproducibility.py's folder) that recommended a change, with its re-measure."""
+def rows_of(run_dir: Path, source: str | None = None, exclude: tuple[str, ...] = ()) -> list[dict]:
+    """One row per run in `run_dir` (reproducibility.py's folder) that recommended a change, with its re-measure,
+    labelled `source` (default: the folder's name); the analyses named in `exclude` left out."""
     rows = []
     for analysis in sorted(p for p in run_dir.iterdir() if (p / "remeasures.json").is_file()):
+        if analysis.name in exclude:
+            continue
         doc = json.loads((analysis / "results.json").read_text())
         again = json.loads((analysis / "remeasures.json").read_text())
         speedup = doc.get("speedup") or {}
@@ -57,7 +61,7 @@ def rows_of(run_dir: Path) -> list[dict]:
             continue
         centre, low, high = remeasured_speedup(again["baseline"], again["recommended"])
         cpu = environment.machine_line(saved=doc.get("environment") or {}).split(";")[0].removeprefix("CPU: ")
-        rows.append({"source": run_dir.name, "machine": cpu, "fixture": again["fixture"], "run": again["run"],
+        rows.append({"source": source or run_dir.name, "machine": cpu, "fixture": again["fixture"], "run": again["run"],
                      "reported": f"{speedup['median']:.4f}", "reported_low": f"{speedup['ci_low']:.4f}",
                      "reported_high": f"{speedup['ci_high']:.4f}", "remeasured": f"{centre:.4f}",
                      "remeasured_low": f"{low:.4f}", "remeasured_high": f"{high:.4f}"})
@@ -97,11 +101,15 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("runs", nargs="*", type=Path, help="reproducibility.py folders to add")
     parser.add_argument("--add", action="store_true", help="append their rows to speedup_drift.csv")
+    parser.add_argument("--source", help="the added rows' label (default: each folder's name)")
+    parser.add_argument("--exclude", default="", help="analyses to leave out, by folder name (cnn-1,...): one "
+                        "that something beside the benchmark disturbed")
     parser.add_argument("--coverage", type=float, default=0.95)
     args = parser.parse_args(argv)
     with CSV.open() as f:
         rows = list(csv.DictReader(f))
-    new = [row for run in args.runs for row in rows_of(run)]
+    exclude = tuple(name for name in args.exclude.split(",") if name)
+    new = [row for run in args.runs for row in rows_of(run, args.source, exclude)]
     if args.add and new:
         with CSV.open("a", newline="") as f:
             csv.DictWriter(f, fieldnames=FIELDS).writerows(new)
