@@ -16,8 +16,8 @@ the share of the left-out rows it holds.
 
 The rows are in benchmarks/speedup_drift.csv: those of the tables in docs/planner.md ("Do the numbers hold up on a
 second look?", 136 runs of 2026-11-25 to 28 on AMD EPYC and Intel Xeon machines, each the reported and the
-re-measured speedup with their 95% CIs as the benchmark printed them); runs that kept the baseline (1.00x by
-identity) are not rows. `--add RUN_DIR ...` appends the runs of reproducibility.py folders ("analyses kept in").
+re-measured speedup with their 95% CIs as the benchmark printed them), then runs added with --add; runs that kept
+the baseline (1.00x by identity) are not rows. `--add RUN_DIR ...` appends the runs of reproducibility.py folders ("analyses kept in").
 
     python benchmarks/speedup_drift.py                       # the committed rows
     python benchmarks/speedup_drift.py RUN_DIR ... [--add] [--source LABEL] [--exclude cnn-1,...]
@@ -30,6 +30,7 @@ import argparse
 import csv
 import json
 import math
+import re
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -60,12 +61,17 @@ def rows_of(run_dir: Path, source: str | None = None, exclude: tuple[str, ...] =
         if speedup.get("ci_low") is None or not again["baseline"]:
             continue
         centre, low, high = remeasured_speedup(again["baseline"], again["recommended"])
-        cpu = environment.machine_line(saved=doc.get("environment") or {}).split(";")[0].removeprefix("CPU: ")
+        cpu = machine((doc.get("environment") or {}).get("cpu_model") or "")
         rows.append({"source": source or run_dir.name, "machine": cpu, "fixture": again["fixture"], "run": again["run"],
                      "reported": f"{speedup['median']:.4f}", "reported_low": f"{speedup['ci_low']:.4f}",
                      "reported_high": f"{speedup['ci_high']:.4f}", "remeasured": f"{centre:.4f}",
                      "remeasured_low": f"{low:.4f}", "remeasured_high": f"{high:.4f}"})
     return rows
+
+
+def machine(cpu_model: str) -> str:
+    """The machine's kind as the committed rows name it: 'Intel(R) Xeon(R) Processor' -> 'Intel Xeon'."""
+    return " ".join(re.sub(r"\((R|TM)\)", "", cpu_model).split()[:2]) or "unknown"
 
 
 def deviations(rows: list[dict]) -> tuple[np.ndarray, np.ndarray]:

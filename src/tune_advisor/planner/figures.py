@@ -34,12 +34,12 @@ OWN_MIN_DF = 8
 SESSION_DRIFT = 0.074
 
 # How far a speedup itself moves between an analysis and a later measure of it (log sd): the two settings meet the
-# machine's next mood unlike each other. Calibrated by benchmarks/speedup_drift.py over the 136 runs of
-# benchmarks/reproducibility.py tables in docs/planner.md (AMD EPYC and Intel Xeon, 2 cores, 2026-11-25 to 28):
-# their reported and re-measured speedups agreed within both figures' own 95% intervals in 117 (86%), and within
-# those widened by this drift in 130 (95.6%); split conformal, 0.043 on either kind of machine (0.0430, 0.0436),
-# leaving one benchmark run out at a time 94.1%. It matches what SESSION_DRIFT and the 0.82 correlation imply:
-# 0.074 × sqrt(2 × 0.18) = 0.044. The confirmation's own interval does not carry it (decisions rest on what this
+# machine's next mood unlike each other. Calibrated by benchmarks/speedup_drift.py over 141 runs of
+# benchmarks/reproducibility.py (benchmarks/speedup_drift.csv: the tables in docs/planner.md and one run of
+# 2026-11-28; AMD EPYC and Intel Xeon, 2 cores): their reported and re-measured speedups agreed within both
+# figures' own 95% intervals in 122 (87%), and within those widened by this drift in 135 (95.7%); split conformal,
+# 0.0427 (0.0430 on the AMD EPYC rows, 0.0436 on the Intel Xeon ones), leaving one source out at a time 94.3%. It
+# matches what SESSION_DRIFT and the 0.82 correlation imply: 0.074 × sqrt(2 × 0.18) = 0.044. The confirmation's own interval does not carry it (decisions rest on what this
 # run measured); the headline adds the range where a later measure of the speedup falls (`later`).
 SPEEDUP_DRIFT = 0.043
 
