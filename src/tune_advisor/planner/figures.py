@@ -39,8 +39,9 @@ SESSION_DRIFT = 0.074
 # 2026-11-28; AMD EPYC and Intel Xeon, 2 cores): their reported and re-measured speedups agreed within both
 # figures' own 95% intervals in 122 (87%), and within those widened by this drift in 135 (95.7%); split conformal,
 # 0.0427 (0.0430 on the AMD EPYC rows, 0.0436 on the Intel Xeon ones), leaving one source out at a time 94.3%. It
-# matches what SESSION_DRIFT and the 0.82 correlation imply: 0.074 × sqrt(2 × 0.18) = 0.044. The confirmation's own interval does not carry it (decisions rest on what this
-# run measured); the headline adds the range where a later measure of the speedup falls (`later`).
+# matches what SESSION_DRIFT and the 0.82 correlation imply: 0.074 × sqrt(2 × 0.18) = 0.044. The confirmation's
+# own interval does not carry it (decisions rest on what this run measured); the headline adds the range where a
+# later measure of the speedup falls (`later`).
 SPEEDUP_DRIFT = 0.043
 
 
