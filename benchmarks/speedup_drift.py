@@ -17,7 +17,8 @@ the share of the left-out rows it holds.
 The rows are in benchmarks/speedup_drift.csv: those of the tables in docs/planner.md ("Do the numbers hold up on a
 second look?", 136 runs of 2026-11-25 to 28 on AMD EPYC and Intel Xeon machines, each the reported and the
 re-measured speedup with their 95% CIs as the benchmark printed them), then runs added with --add; runs that kept
-the baseline (1.00x by identity) are not rows. `--add RUN_DIR ...` appends the runs of reproducibility.py folders ("analyses kept in").
+the baseline (1.00x by identity) are not rows. `--add RUN_DIR ...` appends the runs of reproducibility.py folders
+("analyses kept in").
 
     python benchmarks/speedup_drift.py                       # the committed rows
     python benchmarks/speedup_drift.py RUN_DIR ... [--add] [--source LABEL] [--exclude cnn-1,...]
