@@ -172,7 +172,6 @@ def main(argv: list[str]) -> int:
                 # A run that kept the baseline reports 1.00x of the same settings, exact by identity: its rounds
                 # (two fresh probes of one setting) show the re-measure's floor, not the report's error.
                 floor_aa, again, low, high = again, 1.0, 1.0, 1.0
-            # a kept baseline's 1.00x is exact by identity: its ratio is 1 with no interval to carry
             ratio = (1.0, 1.0, 1.0) if kept else ratio_interval(
                 (reported, speedup.get("ci_low"), speedup.get("ci_high")), (again, low, high))
             verdicts.append(verdict(ratio))

@@ -86,7 +86,7 @@ def test_every_renderer_shows_where_a_later_measure_of_the_speedup_falls_and_a_h
     # THEN each renderer shows it beside the confirmed speedup, whose own CI stays as it was
     text = {name: module.render(doc) for name, module in RENDERERS.items()}
     assert f"Speedup      2.29x (95% CI 2.21–2.38); {shown} in a later session" in text["terminal"]
-    assert f"In a later session: {shown} (95%: where a later measure" in text["markdown"]
+    assert f"Speedup {shown} in a later session (95%: where a later measure" in text["markdown"]
     card = re.search(r'confirmed speedup</div>.*?<div class="detail">(.*?)</div>', text["html"], re.S).group(1)
     assert card.startswith(f"95% CI 2.21–2.38x; {shown} in a later session; ")
     # AND the side-by-side comparison of two runs too

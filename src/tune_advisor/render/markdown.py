@@ -69,8 +69,7 @@ def render(document: Mapping[str, Any]) -> str:
         if r.speedup and r.speedup.get("method"):
             out += [f"Speedup method: {escape(r.speedup['method'])}.", ""]
         if fmt_later(r.speedup):
-            out += [f"In a later session: {escape(fmt_later(r.speedup).removesuffix(' in a later session'))} "
-                    f"({escape(r.speedup['later']['interval'])}).", ""]
+            out += [f"Speedup {escape(fmt_later(r.speedup))} ({escape(r.speedup['later']['interval'])}).", ""]
         if r.batch_note:
             out += [f"> [!NOTE]\n> {escape(r.batch_note)}", ""]
     if r.snippet:
