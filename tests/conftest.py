@@ -11,8 +11,10 @@ import psutil
 import pytest
 from typer.testing import CliRunner
 
-from tune_advisor import results
+from tune_advisor import hardware, results
 from tune_advisor.probe.spec import Protocol
+
+from . import fakes
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
@@ -51,6 +53,41 @@ def short_confirmation(monkeypatch):
     monkeypatch.setattr(confirm, "CONFIRM_SPAN_SHARE", 0.0)
     monkeypatch.setattr(confirm, "CONFIRM_MAX_ROUNDS", confirm.CONFIRM_ROUNDS)
     monkeypatch.setattr(confirm, "CONFIRM_MAX_ROUNDS_IN_TURN", confirm.CONFIRM_MIN_ROUNDS_IN_TURN)
+
+
+# --- CPU kinds: the native-type detection forced, in this process and every child it starts --------------------
+
+# The kinds this project's users and machines have; the names are what a test id shows.
+CPU_KINDS = {"avx2-only": fakes.ZEN3_CPUINFO, "avx512_bf16": fakes.AVX512_BF16_CPUINFO, "amx": fakes.AMX_CPUINFO}
+
+
+@pytest.fixture
+def force_cpu(tmp_path_factory, monkeypatch):
+    """force_cpu(kind): from here on this test's process and its probe children read CPU_KINDS[kind] as their
+    cpuinfo (hardware.CPUINFO_ENV), so the product decides as on that CPU; torch still runs on this one."""
+
+    def force(kind: str) -> hardware.NativeTypes:
+        path = tmp_path_factory.mktemp("cpuinfo") / f"{kind}.cpuinfo"
+        path.write_text(CPU_KINDS[kind])
+        monkeypatch.setenv(hardware.CPUINFO_ENV, str(path))
+        return hardware.native_types("cpu")
+
+    return force
+
+
+@pytest.fixture(params=["this-cpu", "avx2-only"])
+def each_cpu_kind(request, force_cpu) -> hardware.NativeTypes:
+    """Runs a test twice: with this machine's own detection, and as on an AVX2-only CPU (bf16 only emulated), so a
+    suite green on a CPU with native bf16 is green on one without. Returns the verdict the test runs under; a test
+    asserts what the product does under it (bf16 tried where native, "not applicable" where not)."""
+    return hardware.native_types("cpu") if request.param == "this-cpu" else force_cpu(request.param)
+
+
+@pytest.fixture
+def native_bf16(force_cpu) -> hardware.NativeTypes:
+    """The bf16 path on any CPU: the detection declares bf16 native (a CPU with AMX). On a CPU that only emulates
+    bf16 torch still runs it, slower: tests using this check what is applied and recorded, not speed."""
+    return force_cpu("amx")
 
 
 # --- results documents: real runs, runs with findings, hostile and nearly empty ones ------------------------------

@@ -13,26 +13,18 @@ from . import hardware
 
 
 def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    for line in hardware.read_cpuinfo().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
 
 
 def cpu_flags() -> list[str]:
     """The CPU features that decide whether bf16 is fast on the CPU (x86 `flags`, Arm `Features`)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    flags = set(line.split(":", 1)[1].split())
-                    return sorted(flags & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "bf16"})
-    except OSError:
-        pass
+    for line in hardware.read_cpuinfo().splitlines():
+        if line.startswith(("flags", "Features")):
+            flags = set(line.split(":", 1)[1].split())
+            return sorted(flags & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "bf16"})
     return []
 
 
@@ -120,6 +112,8 @@ def collect(device: str) -> dict[str, Any]:
         "platform": platform.platform(),
         "gpu": gpu,
     }
+    if hardware.cpuinfo_forced():  # the CPU facts above were read from another CPU's cpuinfo (a test run)
+        env["cpuinfo_forced"] = hardware.cpuinfo_forced()
     env["fingerprint"] = fingerprint(env)
     return env
 

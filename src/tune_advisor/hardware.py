@@ -3,16 +3,20 @@
 A type is native when the hardware has instructions for its arithmetic. Elsewhere torch still runs it, emulated:
 bf16 matmuls on an AVX2-only CPU ran 25-80x slower than float32, and oneDNN has no bf16 LSTM there. Knob
 applicability (`knobs.not_applicable`), the peak calibration (`collectors.flops`) and `tune-advisor env` all
-read this one verdict. Its inputs can be injected (`cpu_info`, `cuda_props`) so that tests fake any machine.
+read this one verdict. Its inputs can be injected (`cpu_info`, `cuda_props`) so that tests fake any machine; in
+child processes too, through TUNE_ADVISOR_CPUINFO (a cpuinfo file read instead of /proc/cpuinfo), which the test
+suite uses to run the dtype-dependent tests as on an AVX2-only CPU whatever CPU it runs on.
 """
 
 from __future__ import annotations
 
 import inspect
+import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
 CPUINFO = "/proc/cpuinfo"
+CPUINFO_ENV = "TUNE_ADVISOR_CPUINFO"  # another CPU's cpuinfo to read instead (inherited by every child process)
 X86_BF16 = ("avx512_bf16", "amx_bf16")  # instructions that compute in bf16 (AVX-512 dot products, AMX tiles)
 X86_FP16 = ("avx512_fp16", "amx_fp16")
 ARM_BF16 = ("bf16",)  # FEAT_BF16 (Armv8.6; Neoverse V1/N2, Graviton 3)
@@ -38,8 +42,20 @@ class NativeTypes:
         return {"bf16": asdict(self.bf16), "fp16": asdict(self.fp16)}
 
 
-def read_cpuinfo(path: str = CPUINFO) -> str:
-    """The text of /proc/cpuinfo, or "" where there is none (macOS, Windows) or it cannot be read."""
+def cpuinfo_path() -> str:
+    """Where this process reads its CPU's facts: TUNE_ADVISOR_CPUINFO where set, /proc/cpuinfo otherwise."""
+    return os.environ.get(CPUINFO_ENV) or CPUINFO
+
+
+def cpuinfo_forced() -> str | None:
+    """The file standing in for /proc/cpuinfo, or None when the real one is read: recorded with a run."""
+    return os.environ.get(CPUINFO_ENV) or None
+
+
+def read_cpuinfo(path: str | None = None) -> str:
+    """The text of `path` (default: cpuinfo_path()), or "" where there is none (macOS, Windows) or it cannot be
+    read."""
+    path = path or cpuinfo_path()
     try:
         with open(path) as f:
             return f.read()

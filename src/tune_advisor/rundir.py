@@ -15,8 +15,8 @@ from .probe.result import ProbeResult
 
 LOCK_NAME = ".tune-advisor.lock"
 # What a killed run can leave: the temporary files of results.json and the reports (files.write_bytes_atomic names
-# them `<name>…tmp`), and the temporary folder of the probe that was running (probe.runner).
-TEMP_PATTERNS = ("results.json*.tmp", "report.*.tmp", "probes/*.scratch")
+# them `<name>…tmp`), the temporary folder of the probe that was running and its half-written result (probe.runner).
+TEMP_PATTERNS = ("results.json*.tmp", "report.*.tmp", "probes/*.scratch", "probes/*.result.json*.tmp")
 
 
 @contextlib.contextmanager

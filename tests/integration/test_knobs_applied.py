@@ -5,6 +5,7 @@ import dataclasses
 import pytest
 
 from tune_advisor import api
+from tune_advisor.errors import UsageError
 
 from ..conftest import FAST, WORKLOADS
 
@@ -23,7 +24,8 @@ def test_cnn_knobs_off_leave_the_model_alone(tmp_path):
     assert facts["block_forwards_per_step"] == 1 and "checkpointing" not in facts
 
 
-def test_cnn_knobs_on_are_each_applied(tmp_path):
+def test_cnn_knobs_on_are_each_applied(tmp_path, native_bf16):
+    # GIVEN a CPU that computes bf16 natively (the detection forced where this one only emulates it)
     facts = applied(WORKLOADS / "tiny_cnn.py", tmp_path, amp="bf16", channels_last=True, num_workers=2,
                     checkpointing=True)
     assert facts["compute_dtypes"] == ["bfloat16"]  # every conv and linear ran under bf16 autocast
@@ -33,6 +35,16 @@ def test_cnn_knobs_on_are_each_applied(tmp_path):
     # the repeated blocks are wrapped, and each block's forward runs again in backward (recomputation)
     assert facts["checkpointing"] == {"method": "torch.utils.checkpoint", "container": "1", "blocks": 2}
     assert facts["block_forwards_per_step"] == 2
+
+
+def test_bf16_is_refused_before_any_probe_on_a_cpu_that_only_emulates_it(tmp_path, force_cpu):
+    # GIVEN an AVX2-only CPU (bf16 matmuls 25-80x slower than float32 there)
+    force_cpu("avx2-only")
+    # WHEN a probe asks for bf16 autocast, THEN it is refused with the reason after the workload's inspection,
+    # before any probe ran
+    with pytest.raises(UsageError, match=r"amp=bf16: not applicable: this CPU only emulates bf16 \(no avx512_bf16"):
+        api.probe(WORKLOADS / "tiny_cnn.py", {"amp": "bf16"}, device="cpu", protocol=FAST, workdir=tmp_path)
+    assert [p.name for p in tmp_path.glob("*.result.json")] == ["inspect.result.json"]
 
 
 def test_hugging_face_checkpointing_uses_the_models_own_switch(tmp_path):

@@ -3,6 +3,7 @@
 import dataclasses
 import subprocess
 import sys
+import threading
 import time
 
 import psutil
@@ -64,8 +65,12 @@ def test_sys_exit_in_user_code_is_an_error_not_the_end_of_the_tool(tmp_path):
 
 
 def test_hang_in_loader_workers_times_out_and_leaves_no_process_behind(tmp_path):
-    # WHEN the dataset hangs inside loader workers
+    # WHEN the dataset hangs inside loader workers, and the child is killed as it writes its result (the temporary
+    # file files.write_bytes_atomic makes beside it, created here while the child runs)
+    half_written = threading.Timer(4.0, lambda: (tmp_path / "probe.result.jsonab12cd.tmp").write_text('{"st'))
+    half_written.start()
     result = probe(BAD / "worker_hang.py", tmp_path, timeout="12s", num_workers=2)
+    half_written.join()
     # THEN the probe is killed at its limit, with where it was stuck
     assert result.status is Status.TIMEOUT
     assert "12 s limit" in result.error and "waiting for the first batch (2 loader workers)" in result.error
@@ -73,6 +78,8 @@ def test_hang_in_loader_workers_times_out_and_leaves_no_process_behind(tmp_path)
     # AND neither the child nor its loader workers survive (they share the child's command line)
     leftovers = [p for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
     assert leftovers == []
+    # AND no half-written result is left beside the probe's files
+    assert not list(tmp_path.glob("*.tmp"))
 
 
 def test_a_probe_cut_short_by_its_time_cap_still_reports_its_steps(tmp_path):

@@ -191,6 +191,9 @@ def wait_child(run: Started) -> ChildRun:
             # Workers can outlive a crashed child; the group is killed either way.
             kill_group(child.pid)
         shutil.rmtree(run.scratch, ignore_errors=True)
+        # A child killed while writing its result atomically leaves the temporary file (files.py names it so)
+        for half_written in result_path.parent.glob(f"{result_path.name}*.tmp"):
+            half_written.unlink(missing_ok=True)
     wall = time.monotonic() - run.started
 
     result = None
