@@ -1,4 +1,8 @@
-"""results.json: the stable, versioned record of a run (SPEC §7), written atomically after every probe."""
+"""results.json: the stable, versioned record of a run (SPEC §7), written atomically after every probe.
+
+Its shape is the typed record in record.py: `read` refuses a file it rejects, `read_record` returns it typed, and
+`RunRecord.save` validates through it before writing.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +11,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from . import __version__, record
 from .errors import UsageError
 from .files import write_json_atomic
 from .probe.result import Status
+from .record import SCHEMA_VERSION
 
-SCHEMA_VERSION = 2  # 2: probe statuses "stopped" and "unsupported"
+__all__ = ["SCHEMA_VERSION", "RunRecord", "header", "new_document", "read", "read_record", "write_atomic"]
 
 
 def header(command: list[str], environment: dict, workload: dict) -> dict[str, Any]:
@@ -96,6 +101,12 @@ class RunRecord:
         self.document["findings"] = findings
 
     def save(self) -> None:
+        """Write the document, once the typed record accepts it (the text as it will read back: a document the
+        tool's own schema rejects is a bug here, never a file a later `report` refuses)."""
+        try:
+            record.Document.model_validate_json(json.dumps(self.document))
+        except record.ValidationError as exc:
+            raise ValueError(f"results.json would not match its schema: {record.problem(exc)}") from None
         write_atomic(self.path, self.document)
 
 
@@ -124,8 +135,17 @@ _STATUSES = tuple(status.value for status in Status)
 
 def read(path: Path) -> dict[str, Any]:
     """Read and check a results.json. Anything the tool cannot use (not JSON, cut off, a newer schema, keys of the
-    wrong type, a probe without id/settings/status) raises UsageError saying what is wrong, never a traceback."""
-    path = Path(path)
+    wrong type, a probe without id/settings/status, anything else the typed record rejects) raises UsageError saying
+    what is wrong and where, never a traceback. Returns the document as JSON gives it; `read_record` types it."""
+    return _checked(Path(path))[0]
+
+
+def read_record(path: Path) -> record.Document:
+    """Read and check a results.json, as `read` does, and return its typed record."""
+    return _checked(Path(path))[1]
+
+
+def _checked(path: Path) -> tuple[dict[str, Any], record.Document]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -149,9 +169,13 @@ def read(path: Path) -> dict[str, Any]:
         raise UsageError(f"{path}: written by a newer tune-advisor (schema {version}; this one reads up to "
                          f"{SCHEMA_VERSION}); upgrade tune-advisor")
     problem = _shape_problem(document)
+    try:
+        typed = record.parse(document) if problem is None else None
+    except record.ValidationError as exc:
+        problem = record.problem(exc)
     if problem:
         raise UsageError(f"{path}: not a usable results.json: {problem}; was it edited by hand?")
-    return document
+    return document, typed
 
 
 def _unclosed(text: str) -> bool:
@@ -172,7 +196,7 @@ def _unclosed(text: str) -> bool:
 
 
 def _shape_problem(document: dict[str, Any]) -> str | None:
-    """What makes the document unusable, or None. Renderers cope with anything inside a probe but these."""
+    """The commonest ways a document is unusable, said in words, or None; the typed record checks the rest."""
     if "probes" not in document:
         return "it has no 'probes' list"
     for key, types in _SHAPE.items():

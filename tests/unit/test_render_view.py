@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from tune_advisor import knobs
+import pytest
+
+from tune_advisor import knobs, record
 from tune_advisor.render import view
 
 from ..conftest import golden
@@ -25,7 +27,7 @@ def document(probes: list[dict], baseline: dict, recommended: dict) -> dict:
 def test_the_staircase_of_a_real_run_uses_the_probes_that_measured_each_prefix():
     steps = view.build(golden("cnn")).staircase
     assert [s.label for s in steps] == ["baseline", "+ amp=bf16", "+ channels_last=true", "+ batch_size=64"]
-    assert [s.probe["id"] for s in steps] == ["p001", "p002", "p011", "p012"]
+    assert [s.probe.id for s in steps] == ["p001", "p002", "p011", "p012"]
     assert steps[-1].ratio == golden("cnn")["probes"][11]["throughput"]["median"] / 225.6734252273541
 
 
@@ -36,7 +38,7 @@ def test_a_stair_no_probe_measured_says_not_measured_and_carries_no_number():
     steps = view.build(document([base, both], base, both)).staircase
     assert [s.label for s in steps] == ["baseline", "+ amp=bf16", "+ batch_size=64"]
     assert steps[1].probe is None and not steps[1].measured and steps[1].ratio is None
-    assert steps[2].probe["id"] == "p002" and steps[2].ratio == 3.0
+    assert steps[2].probe.id == "p002" and steps[2].ratio == 3.0
 
 
 def test_the_staircase_prefers_the_order_that_was_measured():
@@ -54,7 +56,7 @@ def test_a_failed_stair_is_shown_with_its_status():
     oom = probe("p002", status="oom", batch_size=64)
     win = probe("p003", median=200.0, amp="bf16", batch_size=64)
     steps = view.build(document([base, oom, win], base, win)).staircase
-    failed = next(s for s in steps if s.probe is not None and s.probe["id"] == "p002")
+    failed = next(s for s in steps if s.probe is not None and s.probe.id == "p002")
     assert not failed.measured and failed.ratio is None
 
 
@@ -81,13 +83,25 @@ def test_the_verdict_says_how_the_confirmation_rounds_ran():
 
 
 def test_a_partial_document_still_builds():
-    report = view.build({"probes": [None, "junk", probe("p001", "baseline")], "findings": [{"code": 5}]})
-    assert report.baseline["id"] == "p001" and len(report.rows) == 1
-    assert report.findings[0].code == "5" and report.findings[0].measured is None
+    # GIVEN a run still going: no baseline chosen yet, a finding with nothing but its code
+    report = view.build({"schema_version": 2, "probes": [probe("p001", "baseline")], "findings": [{"code": "TA101"}]})
+    # THEN the first baseline probe stands in, and what is absent reads as a gap
+    assert report.baseline.id == "p001" and len(report.rows) == 1 and report.speedup is None
+    assert report.findings[0].code == "TA101" and report.findings[0].measured is None
+    assert report.figures["recommended"] == {"median": None, "ci_low": None, "ci_high": None, "unit": "",
+                                             "interval": "95% CI within one measured window (?)"}
+
+
+def test_a_document_its_schema_rejects_is_not_rendered():
+    with pytest.raises(record.ValidationError, match=r"probes\.0"):
+        view.build({"schema_version": 2, "probes": [None, "junk", probe("p001", "baseline")]})
+    with pytest.raises(record.ValidationError, match=r"findings\.0\.code"):
+        view.build({"schema_version": 2, "probes": [], "findings": [{"code": 5}]})
 
 
 def test_the_reproduce_command_names_the_tool_not_this_machines_path():
-    assert view.build({"command": ["/work/venv/bin/tune-advisor", "analyze", "my model.py"]}).command == \
-        "tune-advisor analyze 'my model.py'"
-    assert view.build({"command": ["/x/src/tune_advisor/__main__.py", "analyze", "m.py"]}).command == \
+    assert view.build({"schema_version": 2, "command": ["/work/venv/bin/tune-advisor", "analyze", "my model.py"]}
+                      ).command == "tune-advisor analyze 'my model.py'"
+    assert view.build({"schema_version": 2, "command": ["/x/src/tune_advisor/__main__.py", "analyze", "m.py"]}
+                      ).command == \
         "python -m tune_advisor analyze m.py"

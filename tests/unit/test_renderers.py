@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tune_advisor import knobs, snippets
+from tune_advisor import knobs, record, snippets
 from tune_advisor.render import Renderer, html, markdown, terminal, view
 
 from ..conftest import golden
@@ -91,7 +91,12 @@ def test_every_renderer_shows_where_a_later_measure_of_the_speedup_falls_and_a_h
     assert card.startswith(f"95% CI 2.21–2.38x; {shown} in a later session; ")
     # AND the side-by-side comparison of two runs too
     assert f"{shown} in a later session" in html.render_compare(doc, golden("cnn"), ("a", "b"))
-    # AND a file without it (written before it existed), or with junk in it, renders without it
-    for junk in (None, "wide", {"ci_low": "x", "ci_high": 3}):
-        doc["speedup"]["later"] = junk
+    # AND a file without it (written before it existed), or without one of its bounds, renders without it
+    for missing in (None, {"ci_low": None, "ci_high": 3}):
+        doc["speedup"]["later"] = missing
         assert "in a later session" not in terminal.render(doc) + markdown.render(doc) + html.render(doc)
+    # AND junk in it is refused by the typed record (results.read says where), never rendered
+    for junk in ("wide", {"ci_low": "x", "ci_high": 3}):
+        doc["speedup"]["later"] = junk
+        with pytest.raises(record.ValidationError, match="speedup.later"):
+            terminal.render(doc)

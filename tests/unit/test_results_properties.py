@@ -173,10 +173,15 @@ def _invalid(name, value) -> bool:
     return False
 
 
-def test_a_speedup_edited_into_non_numbers_renders_without_them(tmp_path):
-    # Hypothesis found this one: a confirmed speedup whose CI bound was edited into a list
+def test_a_speedup_edited_into_non_numbers_is_refused_and_one_without_bounds_renders(tmp_path):
+    # Hypothesis found this one: a confirmed speedup whose CI bound was edited into a list. The typed record
+    # refuses it, naming the place (the renderers then never see a bound that is not a number)
     document = {**GOLDEN, "probes": GOLDEN["probes"][:4],
                 "speedup": {**GOLDEN["speedup"], "ci_low": [], "method": {"not": "text"}}}
+    with pytest.raises(UsageError, match=r"speedup\.ci_low: input should be a valid number"):
+        results.read(write(tmp_path, json.dumps(document)))
+    # AND a speedup whose bound and method were not recorded renders without them
+    document["speedup"] = {**GOLDEN["speedup"], "ci_low": None, "method": None}
     document = read_or_refuse(write(tmp_path, json.dumps(document)))
     page = html.render(document)
     assert "</html>" in page and "no CI" in page

@@ -95,9 +95,9 @@ def throughput_chart(report: view.Report) -> Chart | None:
         high = [(r.throughput.get("ci_high") if r.throughput.get("ci_high") is not None else m) - m
                 for m, r in zip(med, rows)]
         # Confirmation repeats share the colour of the settings they re-measure.
-        base = view.settings_key(view.as_dict(view.as_dict(report.baseline).get("settings")))
-        rec = view.settings_key(view.as_dict(view.as_dict(report.recommended).get("settings")))
-        keys = [view.settings_key(view.as_dict(r.probe.get("settings"))) for r in rows]
+        base = view.settings_key(report.baseline.settings if report.baseline else {})
+        rec = view.settings_key(report.recommended.settings if report.recommended else {})
+        keys = [view.settings_key(r.probe.settings) for r in rows]
         colors = [GREEN if k == rec and report.changes else GREY if k == base else BLUE for k in keys]
         ax.barh(y, med, color=colors, height=0.7)
         ax.errorbar(med, y, xerr=[low, high], fmt="none", ecolor=_INK, elinewidth=1, capsize=2)
@@ -116,18 +116,18 @@ def batch_chart(report: view.Report) -> Chart | None:
     """Throughput and peak memory against batch size, one line per combination of the other knobs."""
     groups: dict[tuple, dict[int, Any]] = {}
     for r in report.rows:
-        settings = view.as_dict(r.probe.get("settings"))
+        settings = r.probe.settings
         bs = settings.get("batch_size")
         if r.ok and isinstance(bs, int) and bs > 0:
             key = view.settings_key({k: v for k, v in settings.items() if k != "batch_size"})
             groups.setdefault(key, {}).setdefault(bs, r)  # the first probe of each batch size
     series = sorted((g for g in groups.values() if len(g) >= 2), key=len, reverse=True)[:len(SERIES)]
-    failed = [r for r in report.failed if isinstance(view.as_dict(r.probe.get("settings")).get("batch_size"), int)]
+    failed = [r for r in report.failed if isinstance(r.probe.settings.get("batch_size"), int)]
     if not series:
         return None
-    base = view.as_dict(view.as_dict(report.baseline).get("settings"))
+    base = report.baseline.settings if report.baseline else {}
     oom = [r for r in failed if r.status == "oom"]
-    frontier = min((r.probe["settings"]["batch_size"] for r in oom), default=None)
+    frontier = min((r.probe.settings["batch_size"] for r in oom), default=None)
 
     def paint(fig):
         ax = fig.add_subplot()
@@ -136,7 +136,7 @@ def batch_chart(report: view.Report) -> Chart | None:
         for color, group in zip(SERIES, series):
             points = sorted(group.items())
             xs = [bs for bs, _ in points]
-            rest = {k: v for k, v in view.as_dict(points[0][1].probe.get("settings")).items() if k != "batch_size"}
+            rest = {k: v for k, v in points[0][1].probe.settings.items() if k != "batch_size"}
             other = {k: v for k, v in rest.items() if base.get(k) != v}
             label = _short(knobs.describe(other) if other else "baseline settings", 40)
             ax.plot(xs, [r.throughput["median"] for _, r in points], "o-", color=color, label=label)
@@ -145,13 +145,13 @@ def batch_chart(report: view.Report) -> Chart | None:
                 mem.plot([x for x, _ in mem_points], [m / 2**20 for _, m in mem_points], "s--", color=color,
                          alpha=0.6, markersize=4)
         for r in failed:
-            ax.plot([r.probe["settings"]["batch_size"]], [0], "x", color=RED, markersize=8, mew=2)
+            ax.plot([r.probe.settings["batch_size"]], [0], "x", color=RED, markersize=8, mew=2)
         if frontier is not None:
             ax.axvline(frontier, color=RED, linestyle=":", linewidth=1.5)
             ax.annotate(f"OOM from batch {frontier}", (frontier, 0.95), xycoords=("data", "axes fraction"),
                         color=RED, ha="right", xytext=(-4, 0), textcoords="offset points")
         ax.set_xscale("log", base=2)
-        ticks = sorted({bs for g in series for bs in g} | {r.probe["settings"]["batch_size"] for r in failed})
+        ticks = sorted({bs for g in series for bs in g} | {r.probe.settings["batch_size"] for r in failed})
         ax.set_xticks(ticks, [str(t) for t in ticks])
         ax.minorticks_off()
         ax.set_xlabel("batch size (log scale)")
@@ -199,11 +199,10 @@ def timeline_chart(report: view.Report) -> Chart | None:
     collectors/nvml.py writes it: util, mem_gib, power_w, sm_clock_mhz; None where a sample was missing)."""
     timed = []
     for r in report.rows:
-        timeline = view.as_dict(view.as_dict(r.probe.get("gpu")).get("timeline"))
-        t = timeline.get("t_s")
-        if isinstance(t, list) and t:
-            metrics = {k: v for k, v in timeline.items()
-                       if k != "t_s" and isinstance(v, list) and len(v) == len(t)}
+        timeline = r.probe.gpu.timeline if r.probe.gpu is not None else None
+        t = timeline.get("t_s") if timeline else None
+        if t:
+            metrics = {k: v for k, v in timeline.items() if k != "t_s" and len(v) == len(t)}
             if metrics:
                 timed.append((r, t, metrics))
     if not timed:
@@ -216,7 +215,7 @@ def timeline_chart(report: view.Report) -> Chart | None:
         for ax, name in zip(axes, names):
             for color, (r, t, metrics) in zip(SERIES, timed):
                 if name in metrics:
-                    values = [v if view.as_num(v) is not None else float("nan") for v in metrics[name]]  # gaps
+                    values = [v if v is not None else float("nan") for v in metrics[name]]  # gaps
                     ax.plot(t, values, color=color, label=r.id, linewidth=1)
             ax.set_ylabel(_short(name, 20))
             ax.grid(True)

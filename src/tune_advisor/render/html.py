@@ -70,7 +70,7 @@ def render(document: Mapping[str, Any]) -> str:
     made = charts_mod.charts(r)
     env_items = dict(r.environment)
     env_line = " / ".join(v for k, v in env_items.items() if k in ("device", "device_name")) or "unknown device"
-    return _render("report.html.j2", r=r, base=r.baseline or {}, rec=r.recommended or {}, charts=made,
+    return _render("report.html.j2", r=r, base=r.baseline, rec=r.recommended, charts=made,
                    has_timeline=any(c.id == "chart-timeline" for c in made), env_line=env_line,
                    sections=REPORT_SECTIONS)
 

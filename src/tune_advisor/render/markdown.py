@@ -44,7 +44,7 @@ def block(text: str, lang: str = "") -> str:
 def render(document: Mapping[str, Any]) -> str:
     """report.md for one results.json document."""
     r = view.build(document)
-    base, rec = r.baseline or {}, r.recommended or {}
+    base, rec = r.baseline, r.recommended
     out = [f"## tune-advisor: {escape(r.title)}", ""]
     if not r.baseline_ok or not r.changes:
         out += [f"**{escape(r.verdict)}**", ""]
@@ -57,15 +57,15 @@ def render(document: Mapping[str, Any]) -> str:
                    else " (speedup not confirmed by a re-measurement beside the baseline)."), ""]
     if r.baseline_ok:
         out += ["| | baseline | recommended |", "|---|---|---|",
-                f"| settings | {code(knobs.describe(base.get('settings') or {}), True)} | "
+                f"| settings | {code(knobs.describe(base.settings), True)} | "
                 f"{code(knobs.describe(r.changes), True) if r.changes else 'unchanged'} |",
                 f"| throughput | {escape(fmt_ci(r.figures['baseline']))} | "
                 f"{escape(fmt_ci(r.figures['recommended']))} |",
                 f"| its interval | {escape(r.figures['baseline']['interval'])} | "
                 f"{escape(r.figures['recommended']['interval'])} |",
-                f"| peak memory | {fmt_bytes(base.get('peak_memory_bytes'))} | "
-                f"{fmt_bytes(rec.get('peak_memory_bytes'))} |",
-                f"| probe | {escape(base.get('id', '-'))} | {escape(rec.get('id', '-'))} |", ""]
+                f"| peak memory | {fmt_bytes(base.peak_memory_bytes)} | "
+                f"{fmt_bytes(rec and rec.peak_memory_bytes)} |",
+                f"| probe | {escape(base.id)} | {escape(rec.id if rec else '-')} |", ""]
         if r.speedup and r.speedup.get("method"):
             out += [f"Speedup method: {escape(r.speedup['method'])}.", ""]
         if fmt_later(r.speedup):
@@ -109,7 +109,7 @@ def render(document: Mapping[str, Any]) -> str:
     if r.unexplored:
         out += [f"Unexplored ({len(r.unexplored)}): " + escape("; ".join(r.unexplored)), ""]
     footer = (f"tune-advisor {escape(r.version or '?')} · {len(r.rows)} probes in "
-              f"{fmt_seconds(r.budget.get('used_s'))} · {escape(r.environment[0][1] if r.environment else '?')}")
+              f"{fmt_seconds(r.budget.used_s)} · {escape(r.environment[0][1] if r.environment else '?')}")
     if r.command:
         footer += f" · reproduce: {code(r.command)}"
     out += [f"<sub>{footer}</sub>", ""]

@@ -86,15 +86,15 @@ def document_summary(document: Mapping[str, Any], console: Console, results_path
     if not r.baseline_ok:
         console.print(f"[bold red]{escape(r.verdict)}[/]", highlight=False)
     else:
-        console.print(f"[bold]Baseline[/]     {escape(knobs.brief(base['settings']))}", highlight=False)
+        console.print(f"[bold]Baseline[/]     {escape(knobs.brief(base.settings))}", highlight=False)
         console.print(f"               {escape(fmt_ci(r.figures['baseline']))} "
                       f"({escape(r.figures['baseline']['interval'])}), "
-                      f"peak memory {fmt_bytes(base.get('peak_memory_bytes'))}", highlight=False)
+                      f"peak memory {fmt_bytes(base.peak_memory_bytes)}", highlight=False)
         if r.changes:
             console.print(f"[bold green]Recommended[/]  {escape(knobs.describe(r.changes))}", highlight=False)
             console.print(f"               {escape(fmt_ci(r.figures['recommended']))} "
                           f"({escape(r.figures['recommended']['interval'])}), "
-                          f"peak memory {fmt_bytes(rec.get('peak_memory_bytes'))}", highlight=False)
+                          f"peak memory {fmt_bytes(rec.peak_memory_bytes)}", highlight=False)
         else:
             console.print(f"[bold]Recommended[/]  {escape(r.verdict)}", highlight=False)
         if r.speedup and r.speedup.get("median") is not None:

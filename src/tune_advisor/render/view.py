@@ -1,18 +1,18 @@
 """What the reports show, gathered once from a results.json document; the renderers only format it.
 
 Every number here is read from the document (or is a ratio of two numbers read from it); nothing is estimated.
-The builders are forgiving: a partial document (a run still going, one stopped early) renders with gaps, not errors.
+The document is read as its typed record (record.py), so every value has the type its schema says; parts a run has
+not reached (a run still going, one stopped early) are absent and render as gaps, not errors.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
 import shlex
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .. import frameworks, knobs, snippets
+from .. import frameworks, knobs, record, snippets
 from ..script import flags
 from ..fmt import fmt_bytes, fmt_ci, fmt_later, fmt_seconds, fmt_speedup, fmt_value
 
@@ -28,44 +28,34 @@ _MAX_PERMUTED = 6  # beyond this many changes, take STAIR_ORDER instead of tryin
 FRAMEWORK_NAMES = {"hf": "Hugging Face Trainer (build_trainer)", "lightning": "Lightning (build_module)"}
 
 
-def as_dict(value: Any) -> dict:
-    return value if isinstance(value, dict) else {}
+def is_ok(probe: record.Probe | None) -> bool:
+    return probe is not None and probe.status == "ok" and probe.throughput.median is not None
 
 
-def _list(value: Any) -> list:
-    return value if isinstance(value, list) else []
-
-
-def as_num(value: Any) -> float | None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    return float(value) if ok else None
-
-
-def is_ok(probe: Mapping | None) -> bool:
-    if not probe or probe.get("status") != "ok":
-        return False
-    return as_num(as_dict(probe.get("throughput")).get("median")) is not None
-
-
-def median_tp(probe: Mapping | None) -> float | None:
-    return as_num(as_dict(as_dict(probe).get("throughput")).get("median"))
+def median_tp(probe: record.Probe | None) -> float | None:
+    return probe.throughput.median if probe is not None else None
 
 
 def settings_key(settings: Mapping) -> tuple:
     return tuple(sorted((str(k), repr(v)) for k, v in settings.items()))
 
 
+def plain(part: record.Part | None) -> dict | None:
+    """A typed part as the JSON object the formatters read (fmt.fmt_ci, fmt_speedup take mappings)."""
+    return part.model_dump() if part is not None else None
+
+
 @dataclass
 class Row:
     """One probe, as the probe table shows it; raw numbers are kept for sorting."""
 
-    probe: dict
+    probe: record.Probe
     id: str
     role: str
     changed: str
     status: str
     error: str
-    throughput: dict
+    throughput: dict  # the probe's throughput, as the formatters read it
     step_median: float | None
     step_iqr: float | None
     step_mean: float | None
@@ -88,12 +78,16 @@ class Step:
 
     label: str
     settings: dict
-    probe: dict | None
+    probe: record.Probe | None
     ratio: float | None  # this probe's median throughput over the baseline probe's
 
     @property
     def measured(self) -> bool:
         return is_ok(self.probe)
+
+    @property
+    def throughput(self) -> dict | None:
+        return plain(self.probe.throughput) if self.probe is not None else None
 
 
 @dataclass
@@ -106,20 +100,20 @@ class Finding:
     fix_settings: dict
     snippet: str
     measured: bool | None
-    speedup: Any
+    speedup: Any  # a number, or {median, ci_low, ci_high}, as fmt_speedup reads it
     time_saved_frac: float | None
     probes: list[str]
 
 
 @dataclass
 class Report:
-    document: dict
+    document: record.Document
     title: str
     unit: str
-    baseline: dict | None
-    recommended: dict | None
+    baseline: record.Probe | None
+    recommended: record.Probe | None
     changes: dict
-    speedup: dict | None
+    speedup: dict | None  # as the formatters read it; `later` only where it has both bounds
     verdict: str  # one sentence: what happened
     snippet: str | None
     batch_note: str | None
@@ -137,7 +131,7 @@ class Report:
     unexplored: list[str]
     decisions: list[str]  # the planner's reasons: what it kept, dropped or skipped, and why
     frontier: str | None  # the batch-size memory frontier, in words
-    budget: dict
+    budget: record.Budget
     environment: list[tuple[str, str]]
     workload: list[tuple[str, str]]
     command: str
@@ -155,32 +149,21 @@ class Report:
         return is_ok(self.baseline)
 
 
-def build(document: Mapping[str, Any]) -> Report:
-    """Gather everything the reports show from one results.json document."""
-    doc = dict(document) if isinstance(document, Mapping) else {}
-    baseline = as_dict(doc.get("baseline")) or None
-    recommended = as_dict(doc.get("recommended")) or None
-    probes = [p for p in _list(doc.get("probes")) if isinstance(p, dict)]
+def build(document: record.Document | Mapping[str, Any]) -> Report:
+    """Gather everything the reports show from one results.json document (typed, or as JSON gives it: then it is
+    typed here, and a document its schema rejects raises record.ValidationError)."""
+    doc = document if isinstance(document, record.Document) else record.parse(dict(document))
+    baseline, recommended, probes, workload = doc.baseline, doc.recommended, doc.probes, doc.workload
     if baseline is None:  # a run still going: the first baseline probe stands in
-        baseline = next((p for p in probes if p.get("role") == "baseline"), None)
-    base_settings = as_dict(as_dict(baseline).get("settings"))
+        baseline = next((p for p in probes if p.role == "baseline"), None)
+    base_settings = baseline.settings if baseline is not None else {}
     changes = {}
     if is_ok(baseline) and is_ok(recommended):
-        changes = {k: v for k, v in as_dict(recommended.get("settings")).items() if base_settings.get(k) != v}
-    workload = as_dict(doc.get("workload"))
-    unit = str(as_dict(as_dict(baseline).get("throughput")).get("unit") or
-               f"{workload.get('item_name') or 'samples'}/s")
+        changes = {k: v for k, v in recommended.settings.items() if base_settings.get(k) != v}
+    unit = (baseline.throughput.unit if baseline is not None else None) or f"{workload.item_name or 'samples'}/s"
     rows = [_row(p, base_settings, baseline, recommended) for p in probes]
-    budget = as_dict(doc.get("budget"))
-    speedup = as_dict(doc.get("speedup")) or None
-    if speedup:  # a hand-edited file may hold anything there: only numbers are shown as numbers
-        speedup = {**speedup, **{k: as_num(speedup.get(k)) for k in ("median", "ci_low", "ci_high")}}
-        if not isinstance(speedup.get("method"), str):
-            speedup.pop("method", None)
-        later = as_dict(speedup.get("later"))
-        later = {**{k: as_num(later.get(k)) for k in ("ci_low", "ci_high")},
-                 "interval": later.get("interval") if isinstance(later.get("interval"), str) else ""}
-        speedup["later"] = later if None not in (later["ci_low"], later["ci_high"]) else None
+    framework = _framework(workload)
+    run_command = _run_command(workload, base_settings, recommended) if changes else (None, None)
     return Report(
         document=doc,
         title=_title(workload),
@@ -188,13 +171,11 @@ def build(document: Mapping[str, Any]) -> Report:
         baseline=baseline,
         recommended=recommended,
         changes=changes,
-        speedup=speedup,
-        verdict=_verdict(baseline, recommended, changes, probes, speedup),
-        snippet=_snippet(recommended, base_settings, workload.get("framework")) if changes else None,
-        batch_note=_batch_note(base_settings, changes, as_dict(workload.get("facts")).get("dataset_len"),
-                               workload.get("framework")),
-        findings=[_in_framework(_finding(f), base_settings, workload.get("framework"))
-                  for f in _list(doc.get("findings")) if isinstance(f, dict)],
+        speedup=_speedup(doc.speedup),
+        verdict=_verdict(baseline, recommended, changes, probes, doc.speedup),
+        snippet=_snippet(recommended, base_settings, framework) if changes else None,
+        batch_note=_batch_note(base_settings, changes, workload.facts.dataset_len, framework),
+        findings=[_in_framework(_finding(f), base_settings, framework) for f in doc.findings],
         staircase=staircase(baseline, recommended, probes),
         rows=rows,
         failed=[r for r in rows if r.status in FAILED],
@@ -202,61 +183,78 @@ def build(document: Mapping[str, Any]) -> Report:
         figures={side: _figure(doc, side) for side in ("baseline", "recommended")},
         stopped=[r for r in rows if r.status == STOPPED],
         unsupported=[r for r in rows if r.status == UNSUPPORTED],
-        notes=[str(n) for n in _list(doc.get("notes"))],
-        unexplored=[str(u) for u in _list(budget.get("unexplored"))],
-        decisions=[str(d) for d in _list(as_dict(doc.get("plan")).get("decisions"))],
-        frontier=_frontier(as_dict(as_dict(doc.get("plan")).get("frontier"))),
-        budget=budget,
-        environment=_environment(as_dict(doc.get("environment"))),
+        notes=list(doc.notes),
+        unexplored=list(doc.budget.unexplored),
+        decisions=list(doc.plan.decisions),
+        frontier=_frontier(doc.plan.frontier),
+        budget=doc.budget,
+        environment=_environment(doc.environment),
         workload=_workload(workload),
-        command=_command(doc.get("command")),
+        command=_command(doc.command),
         has_gpu=any(r.gpu_util is not None for r in rows),
-        created=str(doc.get("created") or ""),
-        version=str(as_dict(doc.get("tool")).get("version") or ""),
-        run_command=_run_command(workload, base_settings, recommended)[0] if changes else None,
-        run_command_rest=_run_command(workload, base_settings, recommended)[1] if changes else None,
+        created=doc.created or "",
+        version=doc.tool.version if doc.tool is not None else "",
+        run_command=run_command[0],
+        run_command_rest=run_command[1],
     )
 
 
-def _frontier(frontier: dict) -> str | None:
-    if not frontier.get("largest_ok"):
+def _framework(workload: record.Workload) -> dict | None:
+    """`workload.framework` as frameworks/ reads it: {name, config}, or None for a plain workload."""
+    return workload.framework.model_dump(exclude_unset=True) if workload.framework is not None else None
+
+
+def _speedup(speedup: record.Speedup | None) -> dict | None:
+    """The confirmed speedup as the formatters read it; `later` only where both its bounds were recorded."""
+    if speedup is None:
         return None
-    return (f"batch_size {frontier['largest_ok']} fits, {frontier.get('smallest_failed')} does not "
-            f"({frontier.get('cause') or 'no cause recorded'})")
+    later = speedup.later
+    shown = {**plain(speedup), "later": None}
+    if later is not None and later.ci_low is not None and later.ci_high is not None:
+        shown["later"] = {"ci_low": later.ci_low, "ci_high": later.ci_high, "interval": later.interval or ""}
+    return shown
 
 
-def _title(workload: dict) -> str:
-    path, model = workload.get("path"), workload.get("model_class")
+def _frontier(frontier: record.Frontier | None) -> str | None:
+    if frontier is None or not frontier.largest_ok:
+        return None
+    return (f"batch_size {frontier.largest_ok} fits, {frontier.smallest_failed} does not "
+            f"({frontier.cause or 'no cause recorded'})")
+
+
+def _title(workload: record.Workload) -> str:
+    path, model = workload.path, workload.model_class
     if path and model:
         return f"{model} ({path})"
     return str(path or model or "unknown workload")
 
 
-def _verdict(baseline, recommended, changes, probes, speedup) -> str:
-    if not baseline:
+def _verdict(baseline: record.Probe | None, recommended: record.Probe | None, changes: dict,
+             probes: list[record.Probe], speedup: record.Speedup | None) -> str:
+    if baseline is None:
         return ("No baseline measurement: the run stopped before its first probe finished." if not probes else
                 "No baseline probe in this file.")
     if not is_ok(baseline):
-        cause = baseline.get("error") or "no cause recorded"
-        if baseline.get("status") == "stopped":  # cut short by the budget: not a failure of the workload
+        cause = baseline.error or "no cause recorded"
+        if baseline.status == "stopped":  # cut short by the budget: not a failure of the workload
             return (f"The baseline probe did not finish ({cause}). Nothing can be compared with it; run again with "
                     "a longer --budget.")
-        return (f"The baseline probe failed ({baseline.get('status')}): {cause}. "
+        return (f"The baseline probe failed ({baseline.status}): {cause}. "
                 "Nothing can be compared with it; fix the workload and run again.")
     if not is_ok(recommended):
         return "The baseline was measured; no recommendation yet (the run stopped early or is still going)."
     if not changes:
         return "Keep your settings: no change beat the baseline by more than the measured noise."
-    if speedup and as_num(speedup.get("median")) is not None:
-        return (f"Change {knobs.describe(changes)}: {fmt_speedup(speedup)} faster, confirmed by measuring "
-                f"baseline and recommended again, {_rounds_kind(speedup.get('method'))}.")
+    if speedup is not None and speedup.median is not None:
+        return (f"Change {knobs.describe(changes)}: {fmt_speedup(plain(speedup))} faster, confirmed by measuring "
+                f"baseline and recommended again, {_rounds_kind(speedup.method)}.")
     return f"Change {knobs.describe(changes)} (not confirmed by measuring it again beside the baseline)."
 
 
-def _rounds_kind(method: Any) -> str:
+def _rounds_kind(method: str | None) -> str:
     """How the confirmation's rounds ran, from the speedup's method: lockstep pairs, or one side after the other
     (which a reader must not take for pairs measured together)."""
-    method = str(method or "")
+    method = method or ""
     if "lockstep" in method:
         return "together in lockstep rounds"
     if "one after the other" in method:
@@ -264,105 +262,98 @@ def _rounds_kind(method: Any) -> str:
     return "in rounds"
 
 
-def _snippet(recommended: dict, base: dict, framework: Any = None) -> str:
+def _snippet(recommended: record.Probe, base: dict, framework: dict | None = None) -> str:
     """The "Apply it" code: a Trainer's or Lightning's own arguments when the workload handed one over."""
-    settings = knobs.full_settings(as_dict(recommended.get("settings")))
+    settings = knobs.full_settings(recommended.settings)
     in_framework = frameworks.recommendation(framework, knobs.full_settings(base), settings)
     return in_framework if in_framework is not None else snippets.recommended(settings)
 
 
-def _run_command(workload: dict, base: dict, recommended: dict) -> tuple[str | None, str | None]:
+def _run_command(workload: record.Workload, base: dict,
+                 recommended: record.Probe) -> tuple[str | None, str | None]:
     """(`python train.py ARGS FLAGS` for a script whose mapped knobs the recommendation changes, what of the
     recommendation no flag sets), or (None, None)."""
-    script = as_dict(workload.get("script"))
-    if not script or not isinstance(workload.get("path"), str):
+    script = workload.script
+    if script is None or workload.path is None:
         return None, None
     try:
-        maps = flags.maps_from_json(as_dict(script.get("map")))
-        args = [str(a) for a in _list(script.get("args"))]
-    except (KeyError, TypeError, ValueError):  # a hand-edited file: no command rather than a crash
+        maps = flags.maps_from_json(script.map)
+    except (KeyError, TypeError, ValueError):  # a hand-edited map (open content: flags reads it): no command
         return None, None
-    settings = as_dict(recommended.get("settings"))
-    command = flags.command_line(workload["path"], args, maps, settings, base)
-    rest = flags.unmapped_changes(maps, settings, base)
+    command = flags.command_line(workload.path, script.args, maps, recommended.settings, base)
+    rest = flags.unmapped_changes(maps, recommended.settings, base)
     return command, (f"{knobs.describe(rest)}: no flag of the script sets {'it' if len(rest) == 1 else 'these'}; "
                      f"apply {'it' if len(rest) == 1 else 'them'} in code (above)" if command and rest else None)
 
 
-def _batch_note(base: dict, changes: dict, dataset_len: Any = None, framework: Any = None) -> str | None:
+def _batch_note(base: dict, changes: dict, dataset_len: int | None = None,
+                framework: dict | None = None) -> str | None:
     old, new = base.get("batch_size"), changes.get("batch_size")
     if not isinstance(old, int) or not isinstance(new, int) or old <= 0 or new <= 0:
         return None
     in_framework = frameworks.batch_note(framework, base, {**base, **changes})
     if in_framework is not None:
         return in_framework
-    return knobs.batch_change_note(old, new, dataset_len if isinstance(dataset_len, int) else None)
+    return knobs.batch_change_note(old, new, dataset_len)
 
 
-def _gpu_util(gpu: Any) -> float | None:
+def _gpu_util(gpu: record.Gpu | record.GpuRank | None) -> float | None:
     """Mean GPU utilisation as a fraction, from the NVML summary's `util_mean` (a percentage, as NVML reports)."""
-    value = as_num(as_dict(gpu).get("util_mean"))
-    return value / 100 if value is not None else None
+    return gpu.util_mean / 100 if gpu is not None and gpu.util_mean is not None else None
 
 
-def _rank_utils(gpu: Any) -> list[float | None]:
+def _rank_utils(gpu: record.Gpu | None) -> list[float | None]:
     """Each rank's own GPU utilisation (fractions, rank order) for a probe that ran on more than one GPU."""
-    ranks = [_gpu_util(r) if isinstance(r, dict) else None for r in _list(as_dict(gpu).get("ranks"))]
+    ranks = [_gpu_util(r) for r in gpu.ranks] if gpu is not None and gpu.ranks else []
     return ranks if len(ranks) > 1 else []
 
 
-def _row(p: dict, base_settings: dict, baseline, recommended) -> Row:
-    st = as_dict(p.get("step_time_s"))
-    samples = [x for x in _list(st.get("samples")) if as_num(x) is not None]
+def _row(p: record.Probe, base_settings: dict, baseline: record.Probe | None,
+         recommended: record.Probe | None) -> Row:
+    st = p.step_time_s
     return Row(
-        probe=p, id=str(p.get("id", "")), role=str(p.get("role", "")),
-        changed=knobs.describe(as_dict(p.get("settings")), base_settings or None),
-        status=str(p.get("status", "")), error=str(p.get("error") or ""),
-        throughput=as_dict(p.get("throughput")),
-        step_median=as_num(st.get("median")), step_iqr=as_num(st.get("iqr")),
-        step_mean=sum(samples) / len(samples) if samples else None,
-        wait_frac=as_num(p.get("data_wait_frac")),
-        peak_memory=p.get("peak_memory_bytes") if as_num(p.get("peak_memory_bytes")) else None,
-        gpu_util=_gpu_util(p.get("gpu")),
-        gpu_util_ranks=_rank_utils(p.get("gpu")),
-        partner=_partner(p),
-        is_baseline=baseline is not None and p.get("id") == baseline.get("id"),
-        is_recommended=recommended is not None and p.get("id") == recommended.get("id"),
+        probe=p, id=p.id, role=p.role,
+        changed=knobs.describe(p.settings, base_settings or None),
+        status=p.status, error=p.error or "",
+        throughput=plain(p.throughput),
+        step_median=st.median, step_iqr=st.iqr,
+        step_mean=sum(st.samples) / len(st.samples) if st.samples else None,
+        wait_frac=p.data_wait_frac,
+        peak_memory=p.peak_memory_bytes or None,
+        gpu_util=_gpu_util(p.gpu),
+        gpu_util_ranks=_rank_utils(p.gpu),
+        partner=(p.extra.lockstep.partner or None) if p.extra.lockstep is not None else None,
+        is_baseline=baseline is not None and p.id == baseline.id,
+        is_recommended=recommended is not None and p.id == recommended.id,
     )
 
 
-def _figure(doc: dict, side: str) -> dict:
+def _figure(doc: record.Document, side: str) -> dict:
     """What the report prints for the baseline's or the recommendation's throughput, with the kind of interval."""
-    figure = as_dict(as_dict(doc.get("figures")).get(side))
-    probe = as_dict(doc.get(side))
-    if as_num(figure.get("median")) is None:  # older files: the probe's own window
-        figure = {**as_dict(probe.get("throughput")),
-                  "interval": f"95% CI within one measured window ({probe.get('id', '?')})"}
-    numbers = {k: as_num(figure.get(k)) for k in ("median", "ci_low", "ci_high")}
-    unit = figure.get("unit") or as_dict(probe.get("throughput")).get("unit") or ""
-    return {**numbers, "unit": str(unit), "interval": str(figure.get("interval") or "")}
+    figure: record.Figure | None = getattr(doc.figures, side) if doc.figures is not None else None
+    probe: record.Probe | None = getattr(doc, side)
+    measured = probe.throughput if probe is not None else record.Throughput()
+    if figure is None or figure.median is None:  # older files: the probe's own window
+        interval = f"95% CI within one measured window ({probe.id if probe is not None else '?'})"
+        figure = record.Figure(**plain(measured), interval=interval)
+    return {"median": figure.median, "ci_low": figure.ci_low, "ci_high": figure.ci_high,
+            "unit": figure.unit or measured.unit or "", "interval": figure.interval or ""}
 
 
-def _partner(p: dict) -> str | None:
-    partner = as_dict(as_dict(p.get("extra")).get("lockstep")).get("partner")
-    return str(partner) if partner else None
-
-
-def _finding(f: dict) -> Finding:
-    gain, fix = as_dict(f.get("gain")), as_dict(f.get("fix"))
-    measured = gain.get("measured")
+def _finding(f: record.Finding) -> Finding:
+    speedup = f.gain.speedup
     return Finding(
-        code=str(f.get("code") or ""), name=str(f.get("name") or ""),
-        severity=str(f.get("severity") or ""), message=str(f.get("message") or ""),
-        evidence=list(as_dict(f.get("evidence")).items()),
-        fix_settings=as_dict(fix.get("settings")), snippet=str(fix.get("snippet") or ""),
-        measured=measured if isinstance(measured, bool) else None,
-        speedup=gain.get("speedup"), time_saved_frac=as_num(gain.get("time_saved_frac")),
-        probes=[str(p) for p in _list(f.get("probes"))],
+        code=f.code, name=f.name, severity=f.severity, message=f.message,
+        evidence=list(f.evidence.items()),
+        fix_settings=f.fix.settings, snippet=f.fix.snippet,
+        measured=f.gain.measured,
+        speedup=plain(speedup) if isinstance(speedup, record.Interval) else speedup,
+        time_saved_frac=f.gain.time_saved_frac,
+        probes=list(f.probes),
     )
 
 
-def _in_framework(finding: Finding, base: dict, framework: Any) -> Finding:
+def _in_framework(finding: Finding, base: dict, framework: dict | None) -> Finding:
     """A finding's fix in the framework's own arguments, when the workload handed a Trainer or module over and the
     fix is settings (a fix that is only code, like torch.set_num_threads, stays as the rule wrote it)."""
     fix = finding.fix_settings
@@ -375,7 +366,8 @@ def _in_framework(finding: Finding, base: dict, framework: Any) -> Finding:
     return finding
 
 
-def staircase(baseline: dict | None, recommended: dict | None, probes: list[dict]) -> list[Step]:
+def staircase(baseline: record.Probe | None, recommended: record.Probe | None,
+              probes: list[record.Probe]) -> list[Step]:
     """Baseline, then the recommended changes added one at a time, each with the probe that measured it.
 
     Of all orders of the changes, the one with the most measured stairs wins (then: the most stairs with a
@@ -384,16 +376,16 @@ def staircase(baseline: dict | None, recommended: dict | None, probes: list[dict
     """
     if not is_ok(baseline) or not is_ok(recommended):
         return []
-    base = dict(as_dict(baseline.get("settings")))
-    changes = {k: v for k, v in as_dict(recommended.get("settings")).items() if base.get(k) != v}
+    base = dict(baseline.settings)
+    changes = {k: v for k, v in recommended.settings.items() if base.get(k) != v}
     # The verdict's own probes stand for their settings; otherwise the first probe (in run order) that ran them.
-    by_settings: dict[tuple, dict] = {}
+    by_settings: dict[tuple, record.Probe] = {}
     for p in [recommended, baseline, *probes]:
-        key = settings_key(as_dict(p.get("settings")))
+        key = settings_key(p.settings)
         if key not in by_settings or (not is_ok(by_settings[key]) and is_ok(p)):
             by_settings[key] = p
 
-    def probe_for(order) -> list[dict | None]:
+    def probe_for(order) -> list[record.Probe | None]:
         found, settings = [], dict(base)
         for name in order:
             settings[name] = changes[name]
@@ -420,23 +412,25 @@ def staircase(baseline: dict | None, recommended: dict | None, probes: list[dict
     return steps
 
 
-def _environment(env: dict) -> list[tuple[str, str]]:
+def _environment(env: record.Environment) -> list[tuple[str, str]]:
+    """The machine, key by key: the usual facts first, then every other key the document holds (the schema leaves
+    the environment open, so the keys are listed as written rather than named here)."""
+    written = env.model_dump(exclude_unset=True)
     items = []
     for key in ("device", "device_name", "cpu_model", "cpu_count", "torch_threads", "torch", "python", "platform"):
-        if env.get(key) not in (None, ""):
-            items.append((key, str(env[key])))
-    if env.get("cpu_flags"):
-        items.append(("cpu_flags", ", ".join(map(str, _list(env["cpu_flags"])))))
-    gpu = as_dict(env.get("gpu"))
-    if gpu:
-        for key, value in gpu.items():
+        if written.get(key) not in (None, ""):
+            items.append((key, str(written[key])))
+    if env.cpu_flags:
+        items.append(("cpu_flags", ", ".join(env.cpu_flags)))
+    if written.get("gpu"):
+        for key, value in written["gpu"].items():
             items.append((f"gpu.{key}", _fmt_env(key, value)))
     else:
         items.append(("gpu", "none"))
     known = {k for k, _ in items} | {"gpu", "cpu_flags", "fingerprint"}
-    items += [(k, _fmt_env(k, v)) for k, v in env.items() if k not in known]
-    if env.get("fingerprint"):
-        items.append(("fingerprint", str(env["fingerprint"])))
+    items += [(k, _fmt_env(k, v)) for k, v in written.items() if k not in known]
+    if env.fingerprint:
+        items.append(("fingerprint", env.fingerprint))
     return items
 
 
@@ -444,30 +438,30 @@ def _fmt_env(key: str, value: Any) -> str:
     return fmt_bytes(value) if key.endswith("_bytes") else fmt_value(value)
 
 
-def _workload(workload: dict) -> list[tuple[str, str]]:
+def _workload(workload: record.Workload) -> list[tuple[str, str]]:
     items = []
     for key in ("path", "model_class", "parameters", "item_name"):
-        if workload.get(key) not in (None, ""):
-            value = workload[key]
-            items.append((key, f"{value:,}" if isinstance(value, int) else str(value)))
-    framework = as_dict(workload.get("framework"))
-    if framework.get("name"):
-        items.append(("framework", FRAMEWORK_NAMES.get(str(framework["name"]), str(framework["name"]))))
-    search = as_dict(workload.get("search"))
-    if search:
-        items.append(("search", "; ".join(f"{k}: {fmt_value(v)}" for k, v in search.items())))
-    facts = as_dict(workload.get("facts"))
+        value = getattr(workload, key)
+        if value not in (None, ""):
+            items.append((key, f"{value:,}" if isinstance(value, int) else value))
+    if workload.framework is not None:
+        name = workload.framework.name
+        items.append(("framework", FRAMEWORK_NAMES.get(name, name)))
+    if workload.search:
+        items.append(("search", "; ".join(f"{k}: {fmt_value(v)}" for k, v in workload.search.items())))
+    facts = workload.facts
     for key in ("conv_layers", "repeated_blocks", "dataset_len", "batch_kind", "iterable_dataset"):
-        if facts.get(key) not in (None, ""):
-            items.append((key, fmt_value(facts[key])))
+        value = getattr(facts, key)
+        if value not in (None, ""):
+            items.append((key, fmt_value(value)))
     return items
 
 
-def _command(command: Any) -> str:
+def _command(command: list[str]) -> str:
     """argv as a shell line, with this machine's path to the tool replaced by the name anyone can run."""
-    if not isinstance(command, list) or not command:
-        return str(command or "")
-    argv = [str(c) for c in command]
+    if not command:
+        return ""
+    argv = list(command)
     program = argv[0].replace("\\", "/")
     if program.rsplit("/", 1)[-1] == "tune-advisor":
         argv[0] = "tune-advisor"
@@ -491,7 +485,8 @@ class Comparison:
     ratio: float | None  # B's recommended median throughput over A's (separate runs: no CI)
 
 
-def compare(doc_a: Mapping, doc_b: Mapping, names: tuple[str, str] = ("A", "B")) -> Comparison:
+def compare(doc_a: record.Document | Mapping, doc_b: record.Document | Mapping,
+            names: tuple[str, str] = ("A", "B")) -> Comparison:
     """Two runs side by side: settings, throughput, speedup, memory, findings."""
     a, b = build(doc_a), build(doc_b)
 
@@ -502,21 +497,21 @@ def compare(doc_a: Mapping, doc_b: Mapping, names: tuple[str, str] = ("A", "B"))
         ("workload", *both(lambda r: r.title)),
         ("created", *both(lambda r: r.created or "-")),
         ("device", *both(lambda r: " / ".join(v for k, v in r.environment if k in ("device", "device_name")))),
-        ("fingerprint", *both(lambda r: str(as_dict(r.document.get("environment")).get("fingerprint") or "-"))),
+        ("fingerprint", *both(lambda r: r.document.environment.fingerprint or "-")),
         ("verdict", *both(lambda r: r.verdict)),
-        ("baseline settings", *both(lambda r: knobs.describe(as_dict(as_dict(r.baseline).get("settings"))))),
+        ("baseline settings", *both(lambda r: knobs.describe(r.baseline.settings if r.baseline else {}))),
         ("recommended changes", *both(lambda r: knobs.describe(r.changes) if r.changes else "(none)")),
-        ("baseline throughput", *both(lambda r: fmt_ci(as_dict(r.baseline).get("throughput")))),
-        ("recommended throughput", *both(lambda r: fmt_ci(as_dict(r.recommended).get("throughput")))),
+        ("baseline throughput", *both(lambda r: fmt_ci(plain(r.baseline and r.baseline.throughput)))),
+        ("recommended throughput", *both(lambda r: fmt_ci(plain(r.recommended and r.recommended.throughput)))),
         ("confirmed speedup", *both(lambda r: "; ".join(t for t in (fmt_speedup(r.speedup), fmt_later(r.speedup))
                                                         if t))),
-        ("baseline peak memory", *both(lambda r: fmt_bytes(as_dict(r.baseline).get("peak_memory_bytes")))),
-        ("recommended peak memory", *both(lambda r: fmt_bytes(as_dict(r.recommended).get("peak_memory_bytes")))),
+        ("baseline peak memory", *both(lambda r: fmt_bytes(r.baseline and r.baseline.peak_memory_bytes))),
+        ("recommended peak memory", *both(lambda r: fmt_bytes(r.recommended and r.recommended.peak_memory_bytes))),
         ("probes (failed)", *both(lambda r: f"{len(r.rows)} ({len(r.failed)})")),
-        ("budget used", *both(lambda r: fmt_seconds(as_num(r.budget.get("used_s"))))),
+        ("budget used", *both(lambda r: fmt_seconds(r.budget.used_s))),
     ]
-    rec_a = as_dict(as_dict(a.recommended).get("settings")) if a.recommended else {}
-    rec_b = as_dict(as_dict(b.recommended).get("settings")) if b.recommended else {}
+    rec_a = a.recommended.settings if a.recommended else {}
+    rec_b = b.recommended.settings if b.recommended else {}
     settings = [(k, fmt_value(rec_a.get(k)), fmt_value(rec_b.get(k)), rec_a.get(k) != rec_b.get(k))
                 for k in dict.fromkeys([*rec_a, *rec_b])]
     codes_a = {f.code: f.name for f in a.findings}
@@ -524,8 +519,7 @@ def compare(doc_a: Mapping, doc_b: Mapping, names: tuple[str, str] = ("A", "B"))
     findings = [(code, codes_a.get(code) or codes_b.get(code, ""),
                  "both" if code in codes_a and code in codes_b else "only A" if code in codes_a else "only B")
                 for code in dict.fromkeys([*codes_a, *codes_b])]
-    fp_a = as_dict(a.document.get("environment")).get("fingerprint")
-    fp_b = as_dict(b.document.get("environment")).get("fingerprint")
+    fp_a, fp_b = a.document.environment.fingerprint, b.document.environment.fingerprint
     tp_a = median_tp(a.recommended) if is_ok(a.recommended) else None
     tp_b = median_tp(b.recommended) if is_ok(b.recommended) else None
     return Comparison(a, b, names, rows, settings, findings,
