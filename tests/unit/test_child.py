@@ -7,12 +7,12 @@ import math
 import subprocess
 import sys
 
-from tune_advisor.probe.child import write_result
+from tune_advisor.probe.outcome import write_result
 
 
 def test_the_entry_module_imports_no_torch():
-    # train_and_measure's clock starts before torch loads (child_wall_s counts its import outside the zygote)
-    code = "import sys, tune_advisor.probe.child; print('torch' in sys.modules)"
+    # outcome.measure's clock starts before torch loads (child_wall_s counts its import outside the zygote)
+    code = "import sys, tune_advisor.child; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
 
 

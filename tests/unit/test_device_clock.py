@@ -135,7 +135,7 @@ class TickingTimeline(FakeTimeline):
 def test_a_training_run_timed_on_a_lagging_device_clock_keeps_every_measured_step_in_order(monkeypatch):
     # GIVEN a CPU probe whose steps are timed as a GPU's would be (a fake event clock, two steps of lag)
     from tune_advisor import knobs
-    from tune_advisor.probe.child import train_and_measure
+    from tune_advisor.child import train_and_measure
     from tune_advisor.probe.spec import ProbeSpec
 
     from ..conftest import FAST, WORKLOADS

@@ -61,7 +61,7 @@ def test_a_rank_killed_by_a_signal_is_the_cause_not_the_rank_it_left_waiting(tmp
 def test_torchrun_command_runs_the_probe_child_on_every_rank():
     one = launch.command("py", launch.layout(4), ["S", "R"], "p001")
     assert one[:5] == ["py", "-m", "torch.distributed.run", "--nproc-per-node", "4"]
-    assert "--standalone" in one and one[-4:] == ["-m", "tune_advisor.probe.child", "S", "R"]
+    assert "--standalone" in one and one[-4:] == ["-m", "tune_advisor.child", "S", "R"]
     two = launch.command("py", launch.layout(8, 2, "head:29500"), ["S", "R"], "p001")
     assert "--standalone" not in two and two[two.index("--rdzv-endpoint") + 1] == "head:29500"
     assert launch.layout(1) is None and launch.world_size(launch.layout(8, 2, "h:1")) == 16

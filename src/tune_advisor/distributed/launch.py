@@ -1,6 +1,7 @@
 """Launching a distributed probe: `python -m torch.distributed.run` (torchrun) runs the ordinary probe child once
 per rank. The torchrun agent is the probe's process group leader, so the runner's wall-clock limit, memory sampling
-and kill work as for a single process (each rank dies with the agent: `rank._die_with_parent`).
+and kill work as for a single process (each rank dies with the agent: `rank._die_with_parent`). TORCHRUN is the
+launcher the runner is handed for such a probe (probe/process.py Launcher).
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from ..probe.process import Spawned
+from ..probe.process import CHILD_MODULE, Spawned
+from . import merge
 
 
 def layout(nproc_per_node: int = 1, nnodes: int = 1, rdzv_endpoint: str | None = None) -> dict[str, Any] | None:
@@ -28,7 +30,7 @@ def command(python: str, spec_layout: dict[str, Any], argv: list[str], run_id: s
     else:
         cmd += ["--nnodes", str(spec_layout["nnodes"]), "--rdzv-backend", "c10d",
                 "--rdzv-endpoint", spec_layout["rdzv_endpoint"], "--rdzv-id", run_id]
-    return cmd + ["-m", "tune_advisor.probe.child", *argv]
+    return cmd + ["-m", CHILD_MODULE, *argv]
 
 
 class Torchrun(Spawned):
@@ -44,6 +46,21 @@ class Torchrun(Spawned):
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                          start_new_session=True)
         self.pid = self.proc.pid
+
+
+class _Torchrun:
+    """The launcher of distributed probes (probe/process.py Launcher): torchrun starts them; when a job leaves no
+    result, merge.failure names the rank that failed first."""
+
+    def start(self, python: str, layout: dict[str, Any], argv: list[str], log_path: Path, env: dict[str, str],
+              run_id: str) -> Torchrun:
+        return Torchrun(python, layout, argv, log_path, env, run_id)
+
+    def failure(self, result_path: Path, log_tail: str) -> tuple[str, str] | None:
+        return merge.failure(result_path, log_tail)
+
+
+TORCHRUN = _Torchrun()
 
 
 def check(nproc_per_node: int, nnodes: int, rdzv_endpoint: str | None, device: str) -> dict[str, Any] | None:

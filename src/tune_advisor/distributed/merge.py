@@ -25,7 +25,7 @@ def _share(part: list[float], total: list[float]) -> float | None:
 
 
 def merge(ranks: list[dict[str, Any]]) -> dict[str, Any]:
-    """Rank results (as written by `probe/child.py` plus a `rank` section) -> the probe's result."""
+    """Rank results (as the probe child writes them, plus a `rank` section) -> the probe's result."""
     ranks = sorted(ranks, key=lambda r: r["rank"]["rank"])
     raws = [r["raw"] for r in ranks]
     n = min(len(raw["step_s"]) for raw in raws)  # equal by construction (rank 0 decides when to stop)

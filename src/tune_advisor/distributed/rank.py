@@ -2,10 +2,10 @@
 keep the ranks in step, and gather every rank's measurements, which each node's first rank writes as the probe's
 one result.
 
-The probe child (`probe/training.py`, `probe/child.py`) calls these hooks only when the spec is distributed; a
-single-process probe never initialises torch.distributed. Every rank writes its own `RESULT.json.rank<N>` too, so that
-when a rank fails (and torchrun ends the others) the parent can still say which rank failed and why
-(`distributed.merge.failure`).
+The probe child's entry (`child.py`) sets the rank up, hands it to `probe/training.py` as its `Group` and calls
+`finish`, only when the spec is distributed; a single-process probe never initialises torch.distributed. Every rank
+writes its own `RESULT.json.rank<N>` too, so that when a rank fails (and torchrun ends the others) the parent can
+still say which rank failed and why (`distributed.merge.failure`).
 """
 
 from __future__ import annotations

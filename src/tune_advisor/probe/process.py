@@ -1,5 +1,5 @@
-"""A probe child started as a new Python process, and a quiet wait on a descriptor (a leaf: the runner and the
-torchrun launcher build on it)."""
+"""A probe child started as a new Python process, a quiet wait on a descriptor, and what a launcher of a probe of
+several processes gives the runner (a leaf: the runner and the torchrun launcher build on it)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,20 @@ import select
 import subprocess
 import time
 from pathlib import Path
+from typing import Any, Protocol
+
+# The child's entry, above probe/, script/ and distributed/ (it picks the driver for the spec): the process
+# machinery names it, as `python -m` does, and imports nothing of it.
+CHILD_MODULE = "tune_advisor.child"
 
 
 class Spawned:
-    """A child started as a new Python process (`python -m tune_advisor.probe.child`)."""
+    """A child started as a new Python process (`python -m tune_advisor.child`)."""
 
     def __init__(self, python: str, argv: list[str], log_path: Path, env: dict[str, str]):
         with open(log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [python, "-m", "tune_advisor.probe.child", *argv],
+                [python, "-m", CHILD_MODULE, *argv],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                 start_new_session=True,  # its own process group: loader workers die with it
             )
@@ -75,3 +80,13 @@ def sleep_until_readable(fd: int, deadline: float) -> bool:
         ready, _, _ = select.select([fd], [], [], remaining)
         if ready:
             return True
+
+
+class Launcher(Protocol):
+    """How a probe of several processes starts, and why its job failed when it left no result. The runner is handed
+    one for a distributed probe (distributed/launch.py's TORCHRUN) and imports none."""
+
+    def start(self, python: str, layout: dict[str, Any], argv: list[str], log_path: Path, env: dict[str, str],
+              run_id: str) -> Spawned: ...
+
+    def failure(self, result_path: Path, log_tail: str) -> tuple[str, str] | None: ...

@@ -20,7 +20,7 @@ import psutil
 
 from ..collectors.memory import TreeMemorySampler
 from .result import ProbeResult, Status
-from .process import NotStarted, Spawned, sleep_until_readable
+from .process import Launcher, NotStarted, Spawned, sleep_until_readable
 from .spec import ProbeSpec
 
 SIGNAL_NAMES = {signal.SIGSEGV: "SIGSEGV (segmentation fault)", signal.SIGABRT: "SIGABRT (abort)",
@@ -50,8 +50,8 @@ class Started:
     """A running probe child (`start_probe`) until `finish_probe` or `wait_child` waits for it."""
 
     def __init__(self, spec: ProbeSpec, workdir: Path, role: str, child, result_path: Path, log_path: Path,
-                 scratch: Path, started: float):
-        self.spec, self.workdir, self.role, self.child = spec, workdir, role, child
+                 scratch: Path, started: float, launcher: Launcher | None = None):
+        self.spec, self.workdir, self.role, self.child, self.launcher = spec, workdir, role, child, launcher
         self.result_path, self.log_path, self.scratch = result_path, log_path, scratch
         self.pid = child.pid  # also its process group: the child leads a session of its own
         self.started = started
@@ -76,17 +76,20 @@ class Started:
 
 
 def spawn_child(spec: ProbeSpec, workdir: Path, python: str = sys.executable) -> ChildRun:
-    """Run `tune_advisor.probe.child` for `spec` in its own session (= process group) and wait for it."""
+    """Run the probe child (process.CHILD_MODULE) for `spec` in its own session (= process group) and wait for it."""
     return wait_child(start_probe(spec, workdir, python=python))
 
 
 def start_probe(spec: ProbeSpec, workdir: Path, role: str = "", python: str = sys.executable,
-                slot: int = 0, ready_by: float | None = None) -> Started:
+                slot: int = 0, ready_by: float | None = None, launcher: Launcher | None = None) -> Started:
     """Start the child for `spec` in its own session (= process group) and return without waiting.
 
     `slot` picks the zygote: one forks one child at a time, so probes that run together need one each. A probe
     asking for a new parent waits for it until its own deadline, or `ready_by` if sooner (a lockstep pair's
-    second side: the pair ends at its first side's deadline)."""
+    second side: the pair ends at its first side's deadline). A distributed probe is started by its `launcher`
+    (distributed/launch.py's TORCHRUN, handed over by the backend)."""
+    if spec.distributed and launcher is None:
+        raise ValueError(f"probe {spec.id} is distributed: it needs a launcher (a TorchrunBackend's)")
     asked = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
     spec_path = workdir / f"{spec.id}.spec.json"
@@ -104,10 +107,8 @@ def start_probe(spec: ProbeSpec, workdir: Path, role: str = "", python: str = sy
     sweep_scratch()
     env["TMPDIR"] = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-{spec.id}-", dir=scratch_base())
 
-    if spec.distributed:  # torchrun runs the child on every rank (distributed/launch.py); no zygote
-        from ..distributed.launch import Torchrun
-
-        child = Torchrun(python, spec.distributed, [str(spec_path), str(result_path)], log_path, env, spec.id)
+    if spec.distributed:  # the launcher (torchrun) runs the child on every rank; no zygote
+        child = launcher.start(python, spec.distributed, [str(spec_path), str(result_path)], log_path, env, spec.id)
     else:
         if spec.fresh_parent and not _unused(slot):
             retire_zygote(slot)
@@ -120,7 +121,7 @@ def start_probe(spec: ProbeSpec, workdir: Path, role: str = "", python: str = sy
     # in its wall time: the start is its own, and the budget must hold it. Others begin when their child does (a
     # zygote's first start, or a restart for a new environment, is the process's, not one probe's).
     started = asked if spec.fresh_parent else time.monotonic()
-    return Started(spec, workdir, role, child, result_path, log_path, Path(env["TMPDIR"]), started)
+    return Started(spec, workdir, role, child, result_path, log_path, Path(env["TMPDIR"]), started, launcher)
 
 
 def _child_env() -> dict[str, str]:
@@ -373,9 +374,9 @@ def kill_group(pgid: int) -> int:
     return members
 
 
-def run_probe(spec: ProbeSpec, workdir: Path, role: str = "") -> ProbeResult:
-    """Run one probe child and turn however it ended into a ProbeResult."""
-    return finish_probe(start_probe(spec, workdir, role))
+def run_probe(spec: ProbeSpec, workdir: Path, role: str = "", launcher: Launcher | None = None) -> ProbeResult:
+    """Run one probe child (a distributed one through `launcher`) and turn however it ended into a ProbeResult."""
+    return finish_probe(start_probe(spec, workdir, role, launcher=launcher))
 
 
 def finish_probe(started: Started) -> ProbeResult:
@@ -415,9 +416,8 @@ def finish_probe(started: Started) -> ProbeResult:
             limit = f"the {spec.limit_s:g} s limit{' of a lockstep side' if spec.lockstep else ''}"
             result.error = f"no result within {limit}{where}; {killed}"
     elif run.result is None:
-        from ..distributed.merge import failure  # a DDP job: which rank failed first, and why
-
-        found = failure(workdir / f"{spec.id}.result.json", run.log_tail) if spec.distributed else None
+        launcher = started.launcher  # a DDP job: which rank failed first, and why
+        found = launcher.failure(workdir / f"{spec.id}.result.json", run.log_tail) if launcher else None
         result.status, result.error = (Status(found[0]), found[1]) if found else classify_exit(run, spec)
     if result.ok and not result.measured:  # e.g. a lockstep side stopped before its first step: no figure to read
         result.status = Status.STOPPED

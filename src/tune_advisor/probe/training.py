@@ -1,5 +1,7 @@
-"""The probe child's training run: build the workload with the settings applied, warm up, time the measured steps,
-then run the collectors that need steps of their own. Runs only inside the child (torch is imported there anyway).
+"""The probe child's training run of a workload file (a framework adapter's too, through workload.py): build it with
+the settings applied, warm up, time the measured steps, then run the collectors that need steps of their own. The
+clock, the windows and the record are measure.py's, shared with script mode. A DDP rank plugs in as a `Group`
+(distributed/rank.py). Runs only inside the child (torch is imported there anyway).
 """
 
 from __future__ import annotations
@@ -8,35 +10,43 @@ import math
 import random
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import numpy as np
-import psutil
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from .. import workload as wl_mod
-from ..analysis.stats import period, wave_noise
-from ..collectors.nvml import NvmlSampler
-from ..distributed import rank as ddp_rank
 from . import apply, device_clock, extra_steps, lockstep
-from .evidence import (CompileStats, KnobEvidence, StepSeries, debug_switches, memory_peaks, optimizer_flags,
-                       tree_cpu_seconds)
+from .evidence import CompileStats, KnobEvidence, StepSeries, optimizer_flags
+from .measure import Measurement, WarmUp, Window, record
 from .spec import ProbeSpec
 from .window import StopRule
-
-COMPILE_QUIET_STEPS = 3  # a compiled model is warm once this many steps in a row compiled nothing new
-COMPILE_EXTRA_WARMUP = 30  # ... or after this many extra warm-up steps (shapes that never settle: see TA505)
 
 
 class Diverged(Exception):
     """The loss became NaN or infinite."""
 
 
-def train(spec: ProbeSpec, phase: Callable[[str], None], out: dict[str, Any], workdir: Path | None = None) -> None:
+class Group(Protocol):
+    """One rank of a DDP job, as the training loop uses it (distributed/rank.py's Rank)."""
+
+    device: torch.device
+
+    def wrap(self, model): ...  # the model in DistributedDataParallel
+
+    def sampler(self, dataset, seed: int): ...  # this rank's shard of the data (None: read it whole)
+
+    def agree(self, stop: bool) -> bool: ...  # rank 0's stop decision, for every rank
+
+    def local_steps(self, model, run_step: Callable[[int], float]) -> list[float]: ...  # steps without sync
+
+
+def train(spec: ProbeSpec, phase: Callable[[str], None], out: dict[str, Any], workdir: Path | None = None,
+          group: Group | None = None) -> None:
     """Fill the result `out` for one configuration; raises on any failure (the caller makes it a status). A profiler
-    trace goes to `workdir`."""
-    run = Training(spec, phase, out)
+    trace goes to `workdir`; `group`: this process's rank when the probe is distributed."""
+    run = Training(spec, phase, out, group)
     run.warm_up()
     run.measure()
     run.record()
@@ -48,10 +58,10 @@ class Training:
     model, optimizer and loader; then `warm_up`, `measure`, `record` and `collect` run in that order, each filling
     its part of the result `out` (`raw`, `applied`, `extra`, `memory`, `gpu`)."""
 
-    def __init__(self, spec: ProbeSpec, phase: Callable[[str], None], out: dict[str, Any]):
+    def __init__(self, spec: ProbeSpec, phase: Callable[[str], None], out: dict[str, Any], group: Group | None = None):
         self.spec, self.phase, self.out, self.settings = spec, phase, out, spec.settings
         self.baton = lockstep.baton(spec)  # lockstep pairs: the parent hands out the warm-up's turn and every step
-        self.ddp = ddp_rank.setup(spec) if spec.distributed else None  # a torchrun rank joins its group first
+        self.ddp = group  # a torchrun rank has joined its group already
         self.device = self.ddp.device if self.ddp else torch.device(spec.device)
         phase("importing the workload file")
         self.wl = wl = wl_mod.load(spec.workload)
@@ -67,7 +77,7 @@ class Training:
         self.batches = None  # the loader's iterator, from the warm-up on
         self.epochs = 0  # epoch boundaries crossed
         self.next_step = 0  # the global step (warm-up counted) of the next step
-        self.warmup_step_s: list[float] = []
+        self.window = Window(spec.device, lambda: (self.fetch_wall_s, self.fetch_cpu_s))
 
     def _set_up_model(self, model) -> None:
         """The settings applied to the model, its optimizer, compilation and gradient scaler, with their evidence."""
@@ -110,8 +120,8 @@ class Training:
         self.in_flight: dict[int, tuple] = {}  # step -> what the host saw of it, until the device has run it
         self.host_copy_s: list[float] = []  # measured steps: the host's time in the copy call, and the device's
         self.device_copy_s: list[float | None] = []
-        # Without workers the batches are loaded in this thread: the measured steps' fetches, wall and this thread's
-        # CPU time, tell a CPU-bound loader from one waiting on I/O (the planner's worker ladder, `fetch_cpu_frac`).
+        # Without workers the batches are loaded in this thread: the fetches' wall and this thread's CPU time (the
+        # measured window's share: measure.Window) tell a CPU-bound loader from one waiting on I/O.
         self.fetch_wall_s = self.fetch_cpu_s = 0.0
 
     def next_batch(self):
@@ -129,9 +139,8 @@ class Training:
         epoch = self.epochs
         host_batch = self.next_batch()
         t1 = time.perf_counter()
-        if record:
-            self.fetch_wall_s += t1 - t0
-            self.fetch_cpu_s += time.thread_time() - cpu0
+        self.fetch_wall_s += t1 - t0
+        self.fetch_cpu_s += time.thread_time() - cpu0
         self.clock.copy_start()
         batch = apply.to_device(host_batch, self.device, self.non_blocking, self.channels_last)
         self.clock.copy_end()
@@ -192,56 +201,38 @@ class Training:
         return self.step(self.next_step + i, record=False)
 
     def warm_up(self) -> None:
-        """Untimed steps: the loader's prefetched backlog drained and, for a compiled model, compiling settled."""
-        settings, phase, compile_stats = self.settings, self.phase, self.compile_stats
+        """Untimed steps (measure.WarmUp): the loader's prefetched backlog drained and, compiled, compiling settled."""
+        settings, phase = self.settings, self.phase
         # Both sides of a lockstep pair import and build at once (mostly Python: hf_transformer's import takes 2 s);
         # the warm-ups, where torch's threads spin, take turns. Starting the loader's workers is part of the warm-up.
         self.baton.begin(self.epoch_steps, self.every)
         self.batches = iter(self.loader)
         phase(f"warm-up: waiting for the first batch ({settings['num_workers']} loader workers)")
         warmup_start = time.perf_counter()
-        # Loader workers fill a queue of prefetch_factor batches each before training starts; timing that backlog
-        # would credit many workers with a burst no long run sees. Warm-up drains it first.
-        warmup_steps = max(self.spec.protocol.warmup_steps, settings["num_workers"] * settings["prefetch_factor"])
-        warmup_steps = _whole(warmup_steps, self.every)  # the measured steps begin an accumulation cycle
-        step_s = self.warmup_step_s
-        for step in range(warmup_steps):
-            if self.compiled and step == 0:
+        compile_stats = self.compile_stats
+        self.warm = warm = WarmUp(self.spec.protocol.warmup_steps, settings["num_workers"],
+                                  settings["prefetch_factor"], compile_stats, cycle=self.every)
+        steps = 0
+        while not warm.over(steps):
+            if steps >= warm.target:
+                phase(f"warm-up step {steps + 1}: torch.compile may still be compiling")
+            elif compile_stats and steps == 0:
                 phase("warm-up step 1: torch.compile compiling the model")
-            step_s.append(self.step(step, record=False))
-            if compile_stats and step == 0:
+            warm.step_s.append(self.step(steps, record=False))
+            steps += 1
+            if compile_stats and steps == 1:
                 compile_stats.mark("first_step")
-            phase(f"warm-up step {step + 1} of {warmup_steps} done")
-        if compile_stats:
-            # Dynamo recompiles when input shapes change (then compiles a dynamic-shape graph): warm-up goes on
-            # until COMPILE_QUIET_STEPS steps in a row compile nothing, so the timed steps see the settled graph.
-            quiet = 0
-            while quiet < COMPILE_QUIET_STEPS and len(step_s) < warmup_steps + COMPILE_EXTRA_WARMUP:
-                graphs = compile_stats.graphs()
-                phase(f"warm-up step {len(step_s) + 1}: torch.compile may still be compiling")
-                step_s.append(self.step(len(step_s), record=False))
-                quiet = quiet + 1 if compile_stats.graphs() == graphs else 0
-            while len(step_s) % self.every:
-                step_s.append(self.step(len(step_s), record=False))
-            warmup_steps = len(step_s)
-        extra = self.out["extra"]
-        extra["warmup_s"] = time.perf_counter() - warmup_start
-        extra["warmup_steps"] = warmup_steps
-        extra["warmup_step_s"] = step_s
-        if compile_stats:
-            compile_stats.mark("warmup")
-        self.next_step = warmup_steps
+            if steps <= warm.target:
+                phase(f"warm-up step {steps} of {warm.target} done")
+        warm.done(self.out["extra"], steps, time.perf_counter() - warmup_start)
+        self.next_step = steps
 
     def measure(self) -> None:
         """The timed steps, until the stopping rule says stop (in lockstep: the parent; under DDP: rank 0 for all)."""
-        spec, raw, baton, ddp = self.spec, self.out["raw"], self.baton, self.ddp
+        spec, raw, baton, ddp, window = self.spec, self.out["raw"], self.baton, self.ddp, self.window
         stop = StopRule(spec.protocol, self.settings["num_workers"], self.epoch_steps, cycle=self.every)
         self.phase("measuring")
-        me = psutil.Process()
-        self.gpu_sampler = NvmlSampler(spec.device)  # a sleeping thread; on the CPU or without NVML it notes why
-        self.gpu_sampler.start()
-        cpu_before = tree_cpu_seconds(me)
-        measure_start = time.perf_counter()
+        window.open()
         try:
             while baton.wait():  # always true unless in lockstep, where the parent decides when both sides stop
                 self.step(self.next_step, record=True)
@@ -250,59 +241,32 @@ class Training:
                 self.next_step += 1
                 if baton.active:
                     continue
-                done = stop.done(raw["step_s"], time.perf_counter() - measure_start)
+                done = stop.done(raw["step_s"], window.elapsed())
                 if ddp.agree(done) if ddp else done:  # DDP ranks must run the same steps: rank 0 decides for all
                     break
             for done in self.clock.flush():  # the steps still on the GPU: measured, so they count
                 self._finished(done)
-            self.measured_wall = time.perf_counter() - measure_start - baton.idle_s  # lockstep: minus the
-            self.cpu_used = tree_cpu_seconds(me) - cpu_before  # partner's turns
         finally:
-            self.gpu_sampler.stop()
-
-    def _fetch_cpu_frac(self) -> float | None:
-        """Share of the measured fetches' wall time this thread spent on a CPU, when it loaded the batches itself
-        (no workers): near 1 for decoding and augmenting, near 0 for a loader waiting on storage or the network.
-        The main thread's time only, so the intra-op threads' spin after a step is not counted as loading."""
-        if self.settings["num_workers"] > 0 or self.fetch_wall_s <= 0:
-            return None
-        return min(1.0, self.fetch_cpu_s / self.fetch_wall_s)
+            window.close(window.elapsed() - baton.idle_s)  # lockstep: less the partner's turns
 
     def record(self) -> None:
-        """What the measured steps showed besides their figures: compile outcome, CPU use, epochs, noise, input
-        shapes, debugging switches, the lockstep report, the knobs' evidence, memory peaks, the GPU's samples."""
-        out, extra, raw, settings = self.out, self.out["extra"], self.out["raw"], self.settings
-        if self.compile_stats:
-            extra["compile"] = self.compile_stats.summary(settings["compile"], self.warmup_step_s, raw["step_s"])
+        """What the measured steps showed besides their figures (measure.record), the copies' overlap, the
+        accumulation cycle, the knobs' evidence."""
+        out, extra = self.out, self.out["extra"]
+        shapes = self.series.shape_facts()
+        measured = Measurement(self.window.spent, self.settings["num_workers"], self.epochs, self.epoch_steps,
+                               shapes["epoch_start_steps"], shapes["distinct_input_shapes"], cycle=self.every)
+        record(out, measured, self.window, self.warm, self.settings["compile"], self.baton.report())
+        extra["optimizer_every"] = self.every
         copies = device_clock.overlap(self.host_copy_s, self.device_copy_s)
         if copies is not None:  # a GPU timed by events: how much of each batch's copy the host did not wait for
             extra["h2d"] = {**copies, "non_blocking": self.non_blocking, "clock": "cuda events"}
-        wall = self.measured_wall
-        shapes = self.series.shape_facts()
-        extra.update({
-            "measured_wall_s": wall,
-            "cpu_util": self.cpu_used / wall / (psutil.cpu_count() or 1) if wall > 0 else None,
-            "fetch_cpu_frac": self._fetch_cpu_frac(),
-            "epochs_started": self.epochs,
-            "torch_threads": torch.get_num_threads(),
-            "noise": wave_noise(raw["step_s"], period(settings["num_workers"], self.every)),
-            "optimizer_every": self.every,
-            "epoch_start_steps": shapes["epoch_start_steps"],
-            "epoch_steps": self.epoch_steps,
-            "distinct_input_shapes": shapes["distinct_input_shapes"],
-            "input_shapes_static": shapes["input_shapes_static"],
-            **debug_switches(),
-        })
-        if self.baton.active:
-            extra["lockstep"] = self.baton.report()
         out["applied"].update(self.evidence.report())
-        out["memory"] = memory_peaks(self.spec.device)  # the measured steps' peaks, before any extra step
-        out["gpu"] = self.gpu_sampler.result()
 
     def collect(self, workdir: Path | None) -> None:
         """Collectors that need steps of their own run now, after the timing, and never fail the probe."""
         spec, out, phase = self.spec, self.out, self.phase
-        collectors = out["extra"]["collectors"] = {"nvml": self.gpu_sampler.status}
+        collectors = out["extra"]["collectors"] = {"nvml": self.window.sampler.status}
         if self.ddp:  # extra steps for FLOPs or the profiler would need every rank to join their all-reduces alike
             out["extra"]["local_step_s"] = self.ddp.local_steps(self.model, self.extra_step)
             collectors["flops"] = collectors["profiler"] = "skipped: distributed probe"
@@ -321,11 +285,6 @@ class Training:
         else:
             collectors["profiler"] = "skipped: not a designated probe"
         phase("done")
-
-
-def _whole(steps: int, cycle: int) -> int:
-    """`steps` rounded up to whole cycles."""
-    return -(-steps // cycle) * cycle
 
 
 def _seed(seed: int) -> None:

@@ -11,12 +11,14 @@ Protocol, JSON lines over the zygote's stdin/stdout, one probe at a time:
     parent -> zygote  {"argv": [spec_path, result_path], "log": log_path, "env": {...}}
     zygote -> parent  {"pid": N}               as soon as the child is forked
     zygote -> parent  {"pid": N, "exitcode": C} when it has exited (negative C: killed by signal -C)
-Nothing here is torch work: the child runs `tune_advisor.probe.child.main` as the `python -m` child would.
+Nothing here is torch work: the child runs the child entry's `main` (process.CHILD_MODULE, named rather than
+imported: it sits above probe/) as the `python -m` child would.
 """
 
 from __future__ import annotations
 
 import faulthandler
+import importlib
 import json
 import os
 import select
@@ -24,7 +26,9 @@ import signal
 import sys
 import tempfile
 
-PRELOAD = ("torch", "torch._dynamo", "torch.optim", "torch.utils.data", "numpy", "tune_advisor.probe.child",
+from .process import CHILD_MODULE
+
+PRELOAD = ("torch", "torch._dynamo", "torch.optim", "torch.utils.data", "numpy", CHILD_MODULE,
            "tune_advisor.probe.failure", "tune_advisor.probe.inspection", "tune_advisor.probe.training",
            "tune_advisor.script.driver")
 
@@ -88,9 +92,7 @@ def _child(request: dict) -> None:
         sys.stdout = open(1, "w", buffering=1, closefd=False)  # line-buffered: a crash keeps what was printed
         sys.stderr = open(2, "w", buffering=1, closefd=False)
         faulthandler.enable(file=sys.stderr, all_threads=True)  # a segfault prints the user's line
-        from tune_advisor.probe import child
-
-        code = child.main(request["argv"])
+        code = importlib.import_module(CHILD_MODULE).main(request["argv"])
     except SystemExit as exc:  # the workload called sys.exit(): exit as a process would
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException:

@@ -1,5 +1,7 @@
 """Script mode in the probe child: run the user's unmodified script (`runpy`, as `python train.py ARGS` would) with
-script/hooks.py's patches, and measure its optimizer steps with the probe's own protocol (warm-up, StopRule).
+script/hooks.py's patches, and measure its optimizer steps with the probe's own measuring core (probe/measure.py:
+warm-up, the window's clock, the record; probe/window.py's StopRule). What is left here is script mode's own: the
+step hook's side of the protocol, running the script, and naming how it ended.
 
 `train` is a probe (like probe/training.py's `train`, it fills the result `out`); `inspect` runs the script as it
 is, settings untouched, to a few optimizer steps and reports what it saw (or why it cannot be measured: the parent
@@ -20,14 +22,12 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Callable
 
-import psutil
 import torch
 
 from .. import workload as wl_mod
-from ..analysis.stats import wave_noise
-from ..collectors.nvml import NvmlSampler
 from ..probe import apply, failure, lockstep
-from ..probe.evidence import CompileStats, debug_switches, memory_peaks, tree_cpu_seconds
+from ..probe.evidence import CompileStats
+from ..probe.measure import Measurement, WarmUp, Window, record
 from ..probe.result import Status
 from ..probe.spec import ProbeSpec
 from ..probe.window import StopRule
@@ -36,8 +36,6 @@ from .hooks import Hooks, ScriptStop
 
 INSPECT_STEPS = 3  # inspect mode runs this many optimizer steps: enough to see a second optimizer step
 MIN_MEASURED_STEPS = 2  # a script that ends by itself after fewer measured steps than this measured nothing
-COMPILE_QUIET_STEPS = 3  # as probe/training.py: a compiled model is warm once this many steps compiled nothing
-COMPILE_EXTRA_WARMUP = 30
 BEFORE_FIRST_STEP = "before its first optimizer step"
 
 
@@ -111,25 +109,19 @@ def _sync(device_type: str) -> None:
 
 class Steps:
     """The step hook's side of a probe: warm-up steps, then measured ones (raw figures) until the StopRule says
-    done, when it raises ScriptStop("done")."""
+    done, when it raises ScriptStop("done"). Each optimizer step is a step (a script's accumulation is its own)."""
 
     def __init__(self, spec: ProbeSpec, out: dict[str, Any], phase: Callable[[str], None], device_type: str):
         self.spec, self.out, self.raw, self.phase, self.device_type = spec, out, out["raw"], phase, device_type
         self.hooks: Hooks | None = None
         self.steps = 0  # optimizer steps ended
-        self.warmup: int | None = None
+        self.warm: WarmUp | None = None  # from the first step on
+        self.workers = 0  # the training loader's
         self.last: float | None = None
-        self.warmup_step_s: list[float] = []
         self.stop: StopRule | None = None
-        self.measure_start = 0.0
-        self.measured_wall: float | None = None
+        self.window = Window(spec.device, lambda: (self.hooks.fetch_wall_s, self.hooks.fetch_cpu_s))
         self.epoch_starts: list[int] = []
         self.unit_items: bool | None = None  # counting samples (a DataLoader fed the steps) or steps
-        self.compile_stats: CompileStats | None = None
-        self.quiet = 0
-        self.cpu_before = 0.0
-        self.fetch_before = (0.0, 0.0)  # the hooks' fetch wall and CPU seconds when measuring began
-        self.sampler: NvmlSampler | None = None
         # A lockstep side (probe/lockstep.py): its warm-up waits for its turn, each measured step for the baton.
         self.baton = lockstep.baton(spec)
         self.begun = False
@@ -154,7 +146,7 @@ class Steps:
             raise ScriptStop("lockstep", str(exc)) from None
 
     def __call__(self, optimizer) -> None:
-        if self.measured_wall is not None:  # the script caught the stop (a bare except) and trained on: again
+        if self.window.spent is not None:  # the script caught the stop (a bare except) and trained on: again
             raise ScriptStop("done")
         _sync(self.device_type)
         now = time.perf_counter()
@@ -166,16 +158,16 @@ class Steps:
             self.raw["loss"].append(None)  # JSON has no NaN: kept as null, the probe's loss not finite
             self.raw["loss_step"].append(self.steps - 1)
             raise ScriptStop("diverged", f"loss became {loss} at optimizer step {self.steps}")
-        if self.warmup is None:
+        if self.warm is None:
             self._first_step()
             if self.baton.active and not self.begun:  # no training loader: its turn now
                 self._baton(self.baton.begin, None)
                 self.begun = True
         if self.stop is None:  # warming up
             if self.last is not None:
-                self.warmup_step_s.append(now - self.last)
+                self.warm.step_s.append(now - self.last)
             self.last = now
-            if self._warm(now):
+            if self.warm.over(self.steps):
                 self._begin(now)
                 self._next_turn()
             else:
@@ -199,8 +191,8 @@ class Steps:
             self._baton(self.baton.done, raw["step_s"][-1], raw["items"][-1])
             self._next_turn()
             return
-        if self.stop.done(raw["step_s"], now - self.measure_start):
-            self.measured_wall = now - self.measure_start
+        if self.stop.done(raw["step_s"], self.window.elapsed(now)):
+            self.window.close(self.window.elapsed(now))
             raise ScriptStop("done")
 
     def _next_turn(self) -> None:
@@ -209,30 +201,17 @@ class Steps:
         if not self.baton.active:
             return
         if not self._baton(self.baton.wait):
-            self.measured_wall = time.perf_counter() - self.measure_start - self.baton.idle_s
+            self.window.close(self.window.elapsed() - self.baton.idle_s)
             raise ScriptStop("done")
         self.last = time.perf_counter()
 
     def _first_step(self) -> None:
         loader = self.hooks.train_loader
-        workers = getattr(loader, "num_workers", 0) or 0
+        self.workers = getattr(loader, "num_workers", 0) or 0
         prefetch = getattr(loader, "prefetch_factor", None) or 0
-        # as probe/training.py: the loader workers' prefetched backlog is drained before timing
-        self.warmup = max(self.spec.protocol.warmup_steps, workers * prefetch, 1)
-        self.workers = workers
-        if self.hooks.applied.get("compile"):
-            self.compile_stats = CompileStats()
-
-    def _warm(self, now: float) -> bool:
-        """Whether warm-up is over after this step: its steps done and, compiled, compiling settled."""
-        if self.steps < self.warmup:
-            return False
-        if self.compile_stats is None:
-            return True
-        graphs = self.compile_stats.graphs()
-        self.quiet = self.quiet + 1 if graphs == getattr(self, "_graphs", None) else 0
-        self._graphs = graphs
-        return self.quiet >= COMPILE_QUIET_STEPS or self.steps >= self.warmup + COMPILE_EXTRA_WARMUP
+        compile_stats = CompileStats() if self.hooks.applied.get("compile") else None
+        # at least one warm-up step: the first step's end starts the clock
+        self.warm = WarmUp(self.spec.protocol.warmup_steps, self.workers, prefetch, compile_stats, minimum=1)
 
     def _begin(self, now: float) -> None:
         loader = self.hooks.train_loader
@@ -244,13 +223,8 @@ class Steps:
                 epoch_steps = None
         self.epoch_steps = epoch_steps
         self.stop = StopRule(self.spec.protocol, self.workers, epoch_steps)
-        self.measure_start = now
-        self.cpu_before = tree_cpu_seconds(psutil.Process())
-        self.fetch_before = (self.hooks.fetch_wall_s, self.hooks.fetch_cpu_s)
-        self.sampler = NvmlSampler(self.spec.device)
-        self.sampler.start()
-        if self.compile_stats:
-            self.compile_stats.mark("warmup")
+        self.warm.done(self.out["extra"], self.steps, sum(self.warm.step_s))
+        self.window.open(at=now)
         self.phase("script: measuring optimizer steps")
 
 
@@ -278,22 +252,20 @@ def train(spec: ProbeSpec, phase: Callable[[str], None], out: dict[str, Any], wo
         how, what = run.run()
     finally:
         hooks.remove()
-        if steps.sampler is not None:
-            steps.sampler.stop()
+        # Ended by itself (or failed): its measured steps so far are the window.
+        steps.window.close(sum(out["raw"]["step_s"]))
     out["extra"]["script"] = {"argv": argv, "cwd": str(cwd), "optimizer_steps": steps.steps,
                               "ended": _ending(how, what)}
     out["applied"].update(hooks.applied)
     problem = _problem(how, what, steps.steps, hooks, run, path, settings)
     if problem is None and how != "stopped" and len(out["raw"]["step_s"]) < MIN_MEASURED_STEPS:
-        measured = len(out["raw"]["step_s"])
+        measured, warmup = len(out["raw"]["step_s"]), steps.warm.target if steps.warm else 0
         problem = (Status.ERROR, f"the script {_ending(how, what)} after {steps.steps} optimizer steps, "
-                                 f"{measured} of them measured (after {steps.warmup or 0} warm-up steps); a probe "
+                                 f"{measured} of them measured (after {warmup} warm-up steps); a probe "
                                  f"needs at least {MIN_MEASURED_STEPS}: let it train longer (the arguments after --)")
     if problem is not None:
         out["status"], out["error"] = problem[0].value, problem[1]
         return
-    if steps.measured_wall is None:  # it ended by itself: its measured steps so far are the window
-        steps.measured_wall = sum(out["raw"]["step_s"])
     if not out["raw"]["step_s"]:  # a lockstep side stopped before its first measured step (the runner says so)
         return
     _record(out, steps, hooks)
@@ -341,40 +313,12 @@ def _no_step_cause(how: str, what: Any, hooks: Hooks, run: ScriptRun) -> str:
             f"trained{said}")
 
 
-def _fetch_cpu_frac(steps: Steps, hooks: Hooks) -> float | None:
-    """Share of the measured fetches' wall time the training thread spent on a CPU, when it loaded the batches
-    itself (no workers): as probe/training.py records it, for the planner's worker cap."""
-    wall = hooks.fetch_wall_s - steps.fetch_before[0]
-    if steps.workers > 0 or wall <= 0:
-        return None
-    return min(1.0, (hooks.fetch_cpu_s - steps.fetch_before[1]) / wall)
-
-
 def _record(out: dict[str, Any], steps: Steps, hooks: Hooks) -> None:
-    raw, extra = out["raw"], out["extra"]
-    wall = steps.measured_wall
-    cpu_used = tree_cpu_seconds(psutil.Process()) - steps.cpu_before
+    """The measured window (probe/measure.py) and what the training loader and the global switches were."""
     shapes = {s for s in hooks.shapes if s is not None}
-    extra.update({
-        "warmup_steps": steps.warmup, "warmup_step_s": steps.warmup_step_s,
-        "warmup_s": sum(steps.warmup_step_s),
-        "measured_wall_s": wall,
-        "cpu_util": cpu_used / wall / (psutil.cpu_count() or 1) if wall else None,
-        "fetch_cpu_frac": _fetch_cpu_frac(steps, hooks),
-        "epochs_started": hooks.epochs,
-        "torch_threads": torch.get_num_threads(),
-        "noise": wave_noise(raw["step_s"], steps.workers),
-        "epoch_start_steps": steps.epoch_starts,
-        "epoch_steps": steps.epoch_steps,
-        "distinct_input_shapes": len(shapes),
-        "input_shapes_static": len(shapes) <= 1,
-        **debug_switches(),
-    })
-    if steps.baton.active:
-        extra["lockstep"] = steps.baton.report()
-    if steps.compile_stats:
-        extra["compile"] = steps.compile_stats.summary(out["applied"].get("compile", "default"),
-                                                       steps.warmup_step_s, raw["step_s"])
+    measured = Measurement(steps.window.spent, steps.workers, hooks.epochs, steps.epoch_steps, steps.epoch_starts,
+                           len(shapes))
+    record(out, measured, steps.window, steps.warm, out["applied"].get("compile", "default"), steps.baton.report())
     loader = hooks.train_loader
     out["applied"].update({
         "loader_workers": getattr(loader, "num_workers", None),
@@ -383,11 +327,8 @@ def _record(out: dict[str, Any], steps: Steps, hooks: Hooks) -> None:
         "matmul_precision": torch.get_float32_matmul_precision(),
         "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
     })
-    out["memory"] = memory_peaks(steps.spec.device)
-    out["gpu"] = steps.sampler.result() if steps.sampler else None
-    extra["collectors"] = {"nvml": steps.sampler.status if steps.sampler else "skipped",
-                           "flops": "skipped: script mode (the tool does not drive the script's steps)",
-                           "profiler": "skipped: script mode (the tool does not drive the script's steps)"}
+    skipped = "skipped: script mode (the tool does not drive the script's steps)"
+    out["extra"]["collectors"] = {"nvml": steps.window.sampler.status, "flops": skipped, "profiler": skipped}
 
 
 # --- inspect mode ---------------------------------------------------------------------------------------------
