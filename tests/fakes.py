@@ -6,14 +6,14 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from tune_advisor.probe.backend import Job, bare_spec
+from tune_advisor.probe.backend import Job, ProbeLimits, bare_spec
 from tune_advisor.probe.result import ProbeResult, Status
 from tune_advisor.probe.spec import ProbeSpec
 
 
 def fake_spec(probe_id: str, settings: dict[str, Any]) -> ProbeSpec:
     """What the fake backend reads of a spec: its id and settings."""
-    return bare_spec(probe_id, settings, "", None)
+    return bare_spec(probe_id, settings, "", ProbeLimits())
 
 
 class FakeBackend:

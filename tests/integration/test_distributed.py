@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 from tune_advisor import api, knobs, results
-from tune_advisor.distributed.launch import layout
+from tune_advisor.distributed.launch import TORCHRUN, layout
 from tune_advisor.probe.result import ProbeResult, Status
 from tune_advisor.probe.runner import run_probe
 from tune_advisor.probe.spec import ProbeSpec
@@ -25,7 +25,7 @@ def ddp_probe(workdir, timeout_s: float = 120) -> ProbeResult:
     """A 2-rank probe straight through the runner (the failure tests need no inspection of the workload)."""
     spec = ProbeSpec(id="ddp", workload=str(TINY_DDP), settings=knobs.full_settings({"batch_size": 16}),
                      protocol=FAST, timeout_s=timeout_s, distributed=layout(2))
-    return run_probe(spec, workdir)
+    return run_probe(spec, workdir, launcher=TORCHRUN)
 
 
 def test_a_ddp_probe_reports_every_rank_and_the_job_throughput(tmp_path):

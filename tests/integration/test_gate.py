@@ -138,6 +138,28 @@ def test_baseline_then_gate_pass_and_write_every_output(cli, tmp_path, monkeypat
     assert "| `throughput:90%` | ✅ pass |" in summary.read_text()
 
 
+@pytest.fixture
+def local_ray():
+    ray = pytest.importorskip("ray", reason="the ray extra: pip install 'tune-advisor[ray]'")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.mark.slow
+def test_the_gate_runs_its_probes_as_ray_tasks(cli, tmp_path, local_ray):
+    # GIVEN a local Ray instance, and an absolute check any machine meets
+    # WHEN the gate measures the workload with --executor ray, in one short round
+    result = cli("gate", TINY, "--check", "throughput:>=1", "--rounds", "1", "--device", "cpu", "--min-time", "0.1",
+                 "--min-steps", "3", "--warmup", "1", "--executor", "ray", "-o", tmp_path / "out")
+    # THEN it passes on a probe a Ray task ran
+    assert result.exit_code == 0, result.output
+    gate = json.loads((tmp_path / "out" / "gate.json").read_text())
+    (probe,) = gate["candidate"]["rounds"]
+    assert gate["verdict"] == "pass" and probe["status"] == "ok"
+    assert probe["extra"]["executor"]["name"] == "ray"
+
+
 @pytest.mark.slow
 def test_a_slower_working_tree_fails_against_the_committed_version_measured_interleaved(tmp_path):
     # GIVEN a committed workload, and a working-tree change that sleeps 30 ms in every step

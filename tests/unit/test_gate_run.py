@@ -255,3 +255,51 @@ def test_a_failed_round_writes_no_baseline(fake, tmp_path, cli):
     assert result.exit_code == 2
     assert "baseline round 1 of 3" in result.output and "no baseline was written" in result.output
     assert not out.exists()
+
+
+class Recording:
+    """A ProbeBackend that records what the gate asks of it (`can_pair`: whether it measures pairs in lockstep)."""
+
+    def __init__(self, can_pair: bool = True):
+        self.can_pair, self.calls = can_pair, []
+
+    def pair(self, specs, roles, first):
+        self.calls.append(("pair", [s.id for s in specs], roles, first))
+        return [ProbeResult(s.id, s.settings, Status.OK) for s in specs]
+
+    def run(self, spec, role):
+        self.calls.append(("single", spec.id, role))
+        return ProbeResult(spec.id, spec.settings, Status.OK)
+
+
+def test_the_gate_pairs_each_round_in_lockstep_and_alternates_who_starts(tmp_path, monkeypatch):
+    from tune_advisor import executors
+    from tune_advisor.gate import measure as measure_mod
+    from tune_advisor.probe import lockstep
+
+    # GIVEN the gate's measuring loop with a backend that records what it is asked
+    info = SimpleNamespace(path=Path("w.py"))
+    kwargs = dict(device="cpu", protocol=Protocol(), timeout_s=60)
+    backend = Recording()
+    # WHEN two sides are measured in 3 rounds  THEN each round is one pair, the reference moving first every other
+    measured = measure_mod.measure({"reference": (info, {}), "candidate": (info, {})}, 3, backend=backend, **kwargs)
+    roles = ["gate:reference", "gate:candidate"]
+    assert backend.calls == [("pair", [f"reference-{i}", f"candidate-{i}"], roles, first) for i, first in
+                             ((1, 0), (2, 1), (3, 0))]
+    assert [p.id for p in measured["candidate"]] == ["candidate-1", "candidate-2", "candidate-3"]
+    # AND one side (a baseline, or the stored mode) is measured round by round as before
+    backend.calls.clear()
+    measure_mod.measure({"baseline": (info, {})}, 2, backend=backend, **kwargs)
+    assert backend.calls == [("single", "baseline-1", "gate:baseline"), ("single", "baseline-2", "gate:baseline")]
+    # AND a backend that cannot pair (--executor ray) runs the two one after the other, the first alternating
+    backend = Recording(can_pair=False)
+    measured = measure_mod.measure({"reference": (info, {}), "candidate": (info, {})}, 2, backend=backend, **kwargs)
+    assert backend.calls == [("single", "reference-1", "gate:reference"), ("single", "candidate-1", "gate:candidate"),
+                             ("single", "candidate-2", "gate:candidate"), ("single", "reference-2", "gate:reference")]
+    assert [p.id for p in measured["reference"]] == ["reference-1", "reference-2"]
+    # AND this machine's gate backend pairs as the gate always has: until each side's level is steady, side 0 from
+    # zygote slot 0, one step a turn
+    asked = {}
+    monkeypatch.setattr(lockstep, "run_pair", lambda specs, workdir, roles, **options: asked.update(options) or [])
+    executors.gate_backend("local", None, "cpu", tmp_path).pair([], [], first=1)
+    assert asked == {"first": 1, "noise": "each", "first_takes_slot0": False, "match_turns": False}

@@ -294,37 +294,6 @@ def test_outside_the_gate_a_probe_has_no_baton():
     assert not baton.active and baton.wait() and baton.idle_s == 0 and baton.report() is None
 
 
-def test_the_gate_pairs_each_round_in_lockstep_and_alternates_who_starts(tmp_path, monkeypatch):
-    # GIVEN the gate's measuring loop with the children faked: pairs and single probes are recorded
-    from tune_advisor.gate import measure as measure_mod
-    from tune_advisor.probe.result import ProbeResult, Status
-
-    calls = []
-
-    def run_pair(specs, workdir, roles, first=0):
-        calls.append(("pair", [s.id for s in specs], roles, first))
-        return [ProbeResult(s.id, s.settings, Status.OK) for s in specs]
-
-    def run_probe(spec, workdir, role=""):
-        calls.append(("single", spec.id, role))
-        return ProbeResult(spec.id, spec.settings, Status.OK)
-
-    monkeypatch.setattr(lockstep, "run_pair", run_pair)
-    monkeypatch.setattr(measure_mod, "run_probe", run_probe)
-    info = SimpleNamespace(path=Path("w.py"))
-    kwargs = dict(device="cpu", protocol=Protocol(), timeout_s=60, workdir=tmp_path)
-    # WHEN two sides are measured in 3 rounds  THEN each round is one pair, the reference moving first every other
-    measured = measure_mod.measure({"reference": (info, {}), "candidate": (info, {})}, 3, **kwargs)
-    roles = ["gate:reference", "gate:candidate"]
-    assert calls == [("pair", [f"reference-{i}", f"candidate-{i}"], roles, first) for i, first in
-                     ((1, 0), (2, 1), (3, 0))]
-    assert [p.id for p in measured["candidate"]] == ["candidate-1", "candidate-2", "candidate-3"]
-    # AND one side (a baseline, or the stored mode) is measured round by round as before
-    calls.clear()
-    measure_mod.measure({"baseline": (info, {})}, 2, **kwargs)
-    assert calls == [("single", "baseline-1", "gate:baseline"), ("single", "baseline-2", "gate:baseline")]
-
-
 def test_the_planners_duels_stop_once_the_ratio_settles_while_each_side_still_swings():
     # GIVEN step times that swing 40% with the machine's speed state, the candidate 1.2x slower in every state
     a = [0.01 * (1.4 if (i // 3) % 2 else 1.0) for i in range(20)]

@@ -1,5 +1,7 @@
 """Loss parity between a speed knob's probe and its float32 twin (analysis/parity.py)."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from tune_advisor import knobs
@@ -130,11 +132,11 @@ def test_the_planner_does_not_bar_a_compile_whose_losses_agree_at_the_same_steps
 
     reference = result("p001", 3)
 
-    class Seen:  # the session's look-up of the float32 twin
+    class Seen:  # the session's ledger: its look-up of the float32 twin
         def seen(self, settings):
             return reference if settings == reference.settings else None
 
-    planner = Planner(None, Seen())
+    planner = Planner(None, SimpleNamespace(ledger=Seen()))
     assert planner.changes_loss(result("p002", 6, compile="default")) is None and not planner.notes
     why = planner.changes_loss(result("p003", 6, loss=lambda s: 1.3 * loss_at(s), amp="bf16"))
     assert why.startswith("amp=bf16 changed the loss: over 7 measured steps") and "(p001 vs p003)" in why

@@ -7,7 +7,7 @@ import pytest
 
 from tune_advisor import knobs
 from tune_advisor.knobs import DeviceFacts, WorkloadFacts
-from tune_advisor.planner import PlanContext, Session, figures, plan
+from tune_advisor.planner import PlanContext, Session, compare, figures, pairing, plan
 from tune_advisor.planner.grid import combinations
 from tune_advisor.probe.result import ProbeResult, Status
 
@@ -96,11 +96,11 @@ def test_what_was_left_unexplored_is_listed_once():
     # GIVEN a loader ladder that stops at the same plateau twice (re-opened after a batch change)
     session = Session(FakeBackend(lambda s: 1000.0), clock=FakeClock())
     six, eight = "num_workers=6: past the throughput plateau", "num_workers=8: past the throughput plateau"
-    session.unexplored.extend([six, eight])
-    session.unexplored.extend([six, "amp=bf16: over budget"])
-    session.unexplored.append(eight)
+    session.ledger.unexplored.extend([six, eight])
+    session.ledger.unexplored.extend([six, "amp=bf16: over budget"])
+    session.ledger.unexplored.append(eight)
     # THEN each entry is listed once, in the order first seen
-    assert session.unexplored == [six, eight, "amp=bf16: over budget"]
+    assert session.ledger.unexplored == [six, eight, "amp=bf16: over budget"]
 
 
 def test_batch_ladder_stops_at_once_on_a_loss():
@@ -762,7 +762,8 @@ def test_a_duel_that_would_not_fit_in_memory_twice_runs_in_turn():
     # WHEN their 1.3x is checked
     session.beats(base, fast)
     # THEN both ran again one after the other, not together (so the fast moment was not cancelled out)
-    assert backend.pairs == [] and [p.role for p in session.probes] == ["baseline", "knob:amp", "recheck", "recheck"]
+    roles = [p.role for p in session.ledger.probes]
+    assert backend.pairs == [] and roles == ["baseline", "knob:amp", "recheck", "recheck"]
 
 
 def test_probes_with_different_loaders_are_never_paired_in_lockstep():
@@ -775,8 +776,8 @@ def test_probes_with_different_loaders_are_never_paired_in_lockstep():
     more = session.run({**base.settings, "num_workers": 2}, "ladder:num_workers")
     session.beats(base, more)
     # THEN the recheck ran both one after the other
-    assert backend.pairs == [] and [p.role for p in session.probes][2:] == ["recheck", "recheck"]
-    assert "lockstep" not in session.describe_gain(base, more)
+    assert backend.pairs == [] and [p.role for p in session.ledger.probes][2:] == ["recheck", "recheck"]
+    assert "lockstep" not in compare.describe_gain(session.ledger, base, more)
 
 
 def test_a_new_setting_that_keeps_the_loader_is_measured_beside_the_best_in_one_pair():
@@ -788,12 +789,13 @@ def test_a_new_setting_that_keeps_the_loader_is_measured_beside_the_best_in_one_
     # WHEN bf16 is measured against the baseline
     fast = session.measure({**base.settings, "amp": "bf16"}, "knob:amp", base)
     # THEN it ran once, in lockstep beside a re-measurement of the baseline, and the moment cancelled
-    assert [(p.role, p.settings["amp"]) for p in session.probes] == [("baseline", "off"), ("recheck", "off"),
+    assert [(p.role, p.settings["amp"]) for p in session.ledger.probes] == [("baseline", "off"), ("recheck", "off"),
                                                                      ("knob:amp", "bf16")]
     assert backend.pairs == [("p002", "p003")] and "lockstep" in fast.extra
-    assert not session.beats(base, fast) and "in lockstep, p002/p003" in session.describe_gain(base, fast)
+    assert not session.beats(base, fast)
+    assert "in lockstep, p002/p003" in compare.describe_gain(session.ledger, base, fast)
     # AND measuring the same settings again hands back that probe
-    assert session.measure(dict(fast.settings), "knob:amp", base) is fast and len(session.probes) == 3
+    assert session.measure(dict(fast.settings), "knob:amp", base) is fast and len(session.ledger.probes) == 3
 
 
 def test_a_new_setting_is_screened_alone_when_a_pair_would_not_fit_or_changes_the_loader():
@@ -806,7 +808,8 @@ def test_a_new_setting_is_screened_alone_when_a_pair_would_not_fit_or_changes_th
     session.measure({**base.settings, "batch_size": 32}, "ladder:batch_size", base)
     session.measure({**base.settings, "num_workers": 2}, "ladder:num_workers", base)
     # THEN each was screened on its own; batch 24 (16 + 24 MiB fit) was measured in a pair
-    assert backend.pairs == [] and [p.role for p in session.probes][1:] == ["ladder:batch_size", "ladder:num_workers"]
+    roles = [p.role for p in session.ledger.probes]
+    assert backend.pairs == [] and roles[1:] == ["ladder:batch_size", "ladder:num_workers"]
     session.measure({**base.settings, "batch_size": 24}, "ladder:batch_size", base)
     assert backend.pairs == [("p004", "p005")]
 
@@ -872,7 +875,8 @@ def test_knobs_option_limits_what_the_planner_explores():
 
 
 def test_exploring_probes_screen_and_no_probe_measures_past_the_budget():
-    from tune_advisor.planner.session import DUEL_MAX_S, SCREEN_MAX_S, protocol_for
+    from tune_advisor.planner.budget import SCREEN_MAX_S, protocol_for
+    from tune_advisor.planner.compare import DUEL_MAX_S
     from tune_advisor.probe.spec import Protocol
 
     full = Protocol(min_time_s=1.0, max_time_s=15.0)
@@ -943,11 +947,11 @@ def test_duels_in_turn_are_judged_over_their_rounds_so_the_machines_swings_cance
     session.duel(a, b, first=1)
     session.duel(a, b, first=0)
     # THEN the two rounds' ratios (each 1.08 within the steps' jitter) decide: 1.08x with a CI clear of 1 ...
-    median, low, high = session.gain(a, b)
+    median, low, high = compare.gain(session.ledger, a, b)
     assert 1.06 < median < 1.10 and low > 1.0 and high < 1.12
-    assert "over 2 rounds in turn" in session.describe_gain(a, b)
+    assert "over 2 rounds in turn" in compare.describe_gain(session.ledger, a, b)
     # ... where the same six runs unpaired, two a side in each state, read anywhere from 0.8x to 1.4x
-    runs = [[window_rate(p) for p in session.runs(s.settings, paired=False)] for s in (a, b)]
+    runs = [[window_rate(p) for p in session.ledger.runs(s.settings, paired=False)] for s in (a, b)]
     assert stats.runs_ratio_ci(*runs)[1] < 1.0
 
 
@@ -967,7 +971,7 @@ def test_with_three_runs_a_side_their_spread_not_the_steps_measures_the_noise():
     a = [session.run(base, "baseline", reuse=False) for _ in range(3)]
     b = [session.run({**base, "amp": "bf16"}, "knob:amp", reuse=False) for _ in range(3)]
     from tune_advisor.planner.compare import window_rate
-    assert session.gain(a[0], b[0]) == stats.runs_ratio_ci([window_rate(p) for p in a],
+    assert compare.gain(session.ledger, a[0], b[0]) == stats.runs_ratio_ci([window_rate(p) for p in a],
                                                            [window_rate(p) for p in b])
 
 
@@ -977,13 +981,13 @@ def test_probes_get_what_is_left_of_the_budget_as_their_limit():
 
     backend, clock = FakeBackend(lambda s: 1000.0, wall_s=5.0), FakeClock()
     session = Session(backend, 60.0, clock=clock)
-    session.baseline = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
+    session.ledger.start_from(session.run(knobs.full_settings({"batch_size": 16}), "baseline"))
     clock.now = 20.0
     # GIVEN 40 s left, and a confirmation predicted at 3 x (5 s + 5 s): two lockstep rounds, then each side alone
     # THEN an exploring probe may run until the confirmation must begin; the confirmation 5% past the budget
-    assert session.time_left("ladder:batch_size") == 60.0 - 30.0 - 20.0
-    assert session.time_left("confirm:baseline") == 60.0 * (1 + CONFIRM_GRACE) - 20.0
-    assert Session(backend).time_left("knob:amp") is None
+    assert session.budget.time_left("ladder:batch_size") == 60.0 - 30.0 - 20.0
+    assert session.budget.time_left("confirm:baseline") == 60.0 * (1 + CONFIRM_GRACE) - 20.0
+    assert Session(backend).budget.time_left("knob:amp") is None
     # AND the runner's limit is the smaller of the probe timeout and that, and says which it is
     spec = ProbeSpec(id="p1", workload="w.py", settings={}, timeout_s=120.0, budget_left_s=10.0)
     assert spec.limit_s == 10.0 and spec.budget_bound
@@ -994,16 +998,17 @@ def test_probes_get_what_is_left_of_the_budget_as_their_limit():
     assert ProbeSpec(id="p1", workload="w.py", settings={}, timeout_s=5.0, lockstep=fifo,
                      budget_left_s=7.0).limit_s == 7.0
     # AND a probe the budget stopped is listed as unexplored
-    stopped = backend.run(fake_spec("p9", {**session.baseline.settings, "amp": "bf16"}), "knob:amp")
+    stopped = backend.run(fake_spec("p9", {**session.ledger.baseline.settings, "amp": "bf16"}), "knob:amp")
     stopped.status, stopped.extra["budget_stopped"] = Status.TIMEOUT, True
-    session._record(stopped)
-    assert session.unexplored == ["amp=bf16: stopped when the budget ran out (p9)"]
+    session.ledger.record(stopped)
+    assert session.ledger.unexplored == ["amp=bf16: stopped when the budget ran out (p9)"]
     # AND a re-check the budget stopped of settings measured already is not: they were explored (a quick start's
     # report listed its own recommendation, measured nine times, as unexplored after one such re-check)
-    again = backend.run(fake_spec("p10", session.baseline.settings), "recheck")
+    again = backend.run(fake_spec("p10", session.ledger.baseline.settings), "recheck")
     again.status, again.extra["budget_stopped"] = Status.STOPPED, True
-    session._record(again)
-    assert session.unexplored == ["amp=bf16: stopped when the budget ran out (p9)"] and session.probes[-1] is again
+    session.ledger.record(again)
+    assert session.ledger.unexplored == ["amp=bf16: stopped when the budget ran out (p9)"]
+    assert session.ledger.probes[-1] is again
 
 
 def test_a_budget_stopped_probe_says_whose_time_ran_out(tmp_path, monkeypatch):
@@ -1057,7 +1062,7 @@ def test_an_unmeasured_probe_has_no_rate_and_compares_as_unknown():
     assert math.isnan(window_rate(empty))
     session = Session(FakeBackend(lambda s: 1000.0), clock=FakeClock())
     base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
-    assert all(math.isnan(x) for x in session.gain(base, empty))
+    assert all(math.isnan(x) for x in compare.gain(session.ledger, base, empty))
 
 
 def test_a_figure_measured_alone_is_never_compared_with_one_measured_beside_a_partner():
@@ -1068,14 +1073,14 @@ def test_a_figure_measured_alone_is_never_compared_with_one_measured_beside_a_pa
     a, b = backend.pair([fake_spec("p002", base.settings), fake_spec("p003", {**base.settings, "batch_size": 32})],
                         ["recheck", "knob"], 0)
     for result in (a, b):
-        session._record(result)
+        session.ledger.record(result)
     alone = session.run({**base.settings, "batch_size": 64}, "ladder:batch_size")
     # THEN the two kinds of measure are not pooled: with none in common, their ratio is unknown
-    assert session.common_kind(b.settings, alone.settings) is None
-    assert all(math.isnan(x) for x in session.gain(b, alone))
+    assert compare.common_kind(session.ledger, b.settings, alone.settings) is None
+    assert all(math.isnan(x) for x in compare.gain(session.ledger, b, alone))
     # AND the baseline, measured both ways, is compared with 64 on the measures both have: alone
-    assert session.common_kind(base.settings, alone.settings) is False
-    assert session.gain(base, alone)[0] == pytest.approx(4.0, rel=0.05)
+    assert compare.common_kind(session.ledger, base.settings, alone.settings) is False
+    assert compare.gain(session.ledger, base, alone)[0] == pytest.approx(4.0, rel=0.05)
 
 
 def test_the_ablation_drops_a_knob_below_the_minimum_gain_and_records_each_contribution():
@@ -1128,36 +1133,37 @@ def test_a_settings_figure_covers_its_runs_and_says_what_kind_of_interval_it_is(
     settings = knobs.full_settings({"batch_size": 16})
     # GIVEN one run: its window's CI, labelled as within one window
     one = session.run(settings, "baseline")
-    figure = session.figure(settings)
+    figure = figures.figure(session.ledger.probes, settings)
     assert figure["runs"] == [one.id] and figure["interval"].startswith("95% CI within one measured window (p001")
     # GIVEN a run beside a partner too: it is never pooled with the run alone
     a, b = backend.pair([fake_spec("p002", settings), fake_spec("p003", {**settings, "amp": "bf16"})],
                         ["recheck", "knob:amp"], 0)
-    session._record(a)
-    session._record(b)
-    assert session.figure(settings)["runs"] == ["p001"]
+    session.ledger.record(a)
+    session.ledger.record(b)
+    assert figures.figure(session.ledger.probes, settings)["runs"] == ["p001"]
     # GIVEN a second run alone: the two make a prediction interval of one more run, said so
     session.run(settings, "recheck", reuse=False)
-    figure = session.figure(settings)
+    figure = figures.figure(session.ledger.probes, settings)
     assert figure["runs"] == ["p001", "p004"] and "from 2 runs (alone)" in figure["interval"]
     assert "1 degrees of freedom" in figure["interval"] and figure["ci_low"] < 1000 < figure["ci_high"]
     # AND settings run alone once borrow that run-to-run drift: a prediction interval too, not one window's CI
     other = {**settings, "batch_size": 32}
     session.run(other, "ladder:batch_size")
-    assert session.figure(other)["interval"].startswith("95% prediction interval of one more run, from 1 run ")
-    width = session.figure(other)["ci_high"] / session.figure(other)["ci_low"]
+    alone = figures.figure(session.ledger.probes, other)
+    assert alone["interval"].startswith("95% prediction interval of one more run, from 1 run ")
+    width = alone["ci_high"] / alone["ci_low"]
     assert width > figure["ci_high"] / figure["ci_low"]  # one run of its own: a wider interval than two
     # GIVEN settings measured only beside partners: their runs make the figure, said so
     paired = {**settings, "amp": "bf16"}
     c, d = backend.pair([fake_spec("p005", settings), fake_spec("p006", paired)], ["recheck", "knob:amp"], 0)
-    session._record(c)
-    session._record(d)
-    assert session.figure(paired)["runs"] == ["p003", "p006"]
-    assert "(beside a partner)" in session.figure(paired)["interval"]
+    session.ledger.record(c)
+    session.ledger.record(d)
+    assert figures.figure(session.ledger.probes, paired)["runs"] == ["p003", "p006"]
+    assert "(beside a partner)" in figures.figure(session.ledger.probes, paired)["interval"]
     # AND the drift behind every figure pools runs alone and beside each partner, each level apart: alone
     # p001/p004, beside one partner p002/p005 and p003/p006 -> 3 degrees of freedom
-    assert "(3 degrees of freedom)" in session.figure(settings)["interval"]
-    assert session.figure({**settings, "batch_size": 99}) is None
+    assert "(3 degrees of freedom)" in figures.figure(session.ledger.probes, settings)["interval"]
+    assert figures.figure(session.ledger.probes, {**settings, "batch_size": 99}) is None
 
 
 def test_without_time_for_its_pairs_the_ablation_decides_on_the_searchs_measures():
@@ -1171,7 +1177,7 @@ def test_without_time_for_its_pairs_the_ablation_decides_on_the_searchs_measures
     clock = FakeClock()
     session = Session(FakeBackend(rate, jitter=0.002), budget_s=10.0, clock=clock)
     base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
-    session.baseline = base
+    session.ledger.start_from(base)
     session.run({**base.settings, "optimizer_impl": "fused"}, "knob:optimizer_impl")
     session.run({**base.settings, "amp": "bf16"}, "knob:amp")
     winner = session.run({**base.settings, "amp": "bf16", "optimizer_impl": "fused"}, "knob:amp")
@@ -1180,7 +1186,7 @@ def test_without_time_for_its_pairs_the_ablation_decides_on_the_searchs_measures
     # WHEN the ablation runs
     kept, records = ablation.ablate(session, base, winner, notes, decisions)
     # THEN no pair was measured; the search's measures kept bf16 and dropped the 1% knob, each with its figure
-    assert len(session.probes) == 4
+    assert len(session.ledger.probes) == 4
     by_knob = {r["knob"]: r for r in records}
     assert by_knob["optimizer_impl"]["kept"] is False and by_knob["amp"]["kept"] is True
     assert by_knob["amp"]["method"].startswith("from the search's measures")
@@ -1199,11 +1205,11 @@ def test_without_time_or_a_probe_without_it_the_ablation_quotes_the_figure_the_s
     clock = FakeClock()
     session = Session(FakeBackend(rate, jitter=0.002), budget_s=10.0, clock=clock)
     base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
-    session.baseline = base
+    session.ledger.start_from(base)
     bf16 = session.run({**base.settings, "amp": "bf16"}, "knob:amp")
-    session.note_keep(base, bf16)
+    session.ledger.note_keep(base, bf16, compare.gain(session.ledger, base, bf16))
     winner = session.run({**bf16.settings, "optimizer_impl": "fused"}, "knob:optimizer_impl")
-    session.note_keep(bf16, winner)
+    session.ledger.note_keep(bf16, winner, compare.gain(session.ledger, bf16, winner))
     clock.now = 100.0
     notes, decisions = [], []
     # WHEN the ablation runs
@@ -1214,15 +1220,22 @@ def test_without_time_or_a_probe_without_it_the_ablation_quotes_the_figure_the_s
     assert amp["kept"] is True and amp["probes"] == [base.id, bf16.id]
     assert amp["contribution"]["median"] == pytest.approx(1.25, rel=0.02) and amp["contribution"]["ci_low"] > 1.0
     assert amp["method"] == "from the search's keep of amp=bf16 beside the baseline (over budget to re-measure)"
-    assert kept.settings == winner.settings and len(session.probes) == 3
+    assert kept.settings == winner.settings and len(session.ledger.probes) == 3
 
 
 class _Measured:
     """A session whose ablation pair reads `direct` and whose search left `chain`, a ladder of lockstep wins, and
-    `keeps`, the gains it kept knobs on (`Comparisons.note_keep`)."""
+    `keeps`, the gains it kept knobs on (`ProbeLedger.note_keep`). It is its own ledger and budget; `patch` has the
+    comparisons read those gains."""
 
     def __init__(self, direct, chain, keeps=None):
         self.direct, self.chain, self.keeps = direct, chain, keeps or {}
+        self.ledger = self.budget = self
+
+    def patch(self, monkeypatch):
+        monkeypatch.setattr(compare, "gain", lambda ledger, reference, candidate: self.direct)
+        monkeypatch.setattr(compare, "chained_gain", lambda ledger, reference, candidate: self.chain)
+        return self
 
     def seen(self, settings):
         return None
@@ -1237,12 +1250,6 @@ class _Measured:
         median, low, _ = self.direct
         return median >= 1.03 and low > 1.0
 
-    def gain(self, reference, candidate):
-        return self.direct
-
-    def chained_gain(self, reference, candidate):
-        return self.chain
-
 
 @pytest.mark.parametrize("direct, chain, kept, median", [
     # augment_cpu: one pair alone inconclusive, the ladder's wins (32 -> 64 -> 128) clear: kept, on both
@@ -1252,14 +1259,15 @@ class _Measured:
     # a pair that measures nothing, precisely, outweighs a ladder's modest wins: dropped
     ((1.00, 0.98, 1.02), (1.10, 1.02, 1.19), False, 1.01),
 ])
-def test_an_ablation_pools_its_pair_with_the_ladder_wins_that_measured_the_same_ratio(direct, chain, kept, median):
+def test_an_ablation_pools_its_pair_with_the_ladder_wins_that_measured_the_same_ratio(direct, chain, kept, median,
+                                                                                      monkeypatch):
     from tune_advisor.planner import ablation
 
     base = ProbeResult("p001", knobs.full_settings({"batch_size": 32, "num_workers": 2}), Status.OK)
     winner = ProbeResult("p009", {**base.settings, "batch_size": 128}, Status.OK)
     notes, decisions = [], []
     # WHEN the ablation measures batch 128 against the winner without it
-    result, records = ablation.ablate(_Measured(direct, chain), base, winner, notes, decisions)
+    result, records = ablation.ablate(_Measured(direct, chain).patch(monkeypatch), base, winner, notes, decisions)
     # THEN the knob stays only where the evidence of both (or of the pair alone, without a ladder) clears the bar
     (record,) = records
     assert record["kept"] is kept and (result is winner) is kept
@@ -1281,14 +1289,14 @@ def test_an_ablation_pools_its_pair_with_the_ladder_wins_that_measured_the_same_
     ((1.20, 0.99, 1.47), (1.26, 1.04, 1.56), "compile and batch", False, 1.20),
     # a keep from another value of the knob than the baseline's measured another change: not pooled
     ((1.20, 0.99, 1.47), (1.26, 1.04, 1.56), "compile from another mode", False, 1.20),
-    # a keep beside the very settings the pair measured: its measures are the pair's own (Session.gain): not again
+    # a keep beside the very settings the pair measured: its measures are the pair's own (compare.gain): not again
     ((1.20, 0.99, 1.47), (1.26, 1.04, 1.56), "compile beside the pair's own", False, 1.20),
     # a pair that itself reads below the minimum (cnn's foreach, 1.016x [0.949, 1.096], kept by the search at 1.07x
     # [1.02, 1.13]): the search's best-of-its-moment figure does not outvote it
     ((1.016, 0.949, 1.096), (1.07, 1.02, 1.13), "compile", False, 1.016),
 ])
 def test_an_ablation_pools_its_pair_with_the_searchs_keep_of_the_same_change_where_the_two_agree(
-        direct, kept_at, change, kept, median):
+        direct, kept_at, change, kept, median, monkeypatch):
     from tune_advisor.planner import ablation
 
     base = ProbeResult("p001", knobs.full_settings({"batch_size": 8, "num_workers": 2}), Status.OK)
@@ -1305,7 +1313,7 @@ def test_an_ablation_pools_its_pair_with_the_searchs_keep_of_the_same_change_whe
         beside = {**winner.settings, "compile": "off"}
     keeps = {"compile": {"value": "default", "gain": kept_at, "change": "compile=default", "beside": beside,
                          "settings": {**beside, "batch_size": 32, "compile": "default"}, "probes": ["p031", "p032"]}}
-    session = _Measured(direct, None, keeps)
+    session = _Measured(direct, None, keeps).patch(monkeypatch)
     # WHEN the ablation measures compile against the winner without it (one pair, no time for more)
     result, records = ablation.ablate(session, base, winner, [], [])
     record = next(r for r in records if r["knob"] == "compile")
@@ -1319,13 +1327,15 @@ def test_an_ablation_probe_may_use_the_time_its_pair_was_afforded():
     clock = FakeClock()
     session = Session(FakeBackend(lambda s: 1000.0), budget_s=100.0, clock=clock)
     base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
-    session.baseline, session.best = base, session.run({**base.settings, "batch_size": 32}, "ladder:batch_size")
+    session.ledger.start_from(base)
+    session.ledger.keep_best(session.run({**base.settings, "batch_size": 32}, "ladder:batch_size"))
     clock.now = 60.0
     # THEN an exploring probe leaves the ablation's pair and the confirmation their time; an ablation probe only
     # the confirmation's
-    pair = session.ablation_pair_s()
+    pair = session.budget.ablation_pair_s()
     assert pair > 0
-    assert session.time_left("ablate:batch_size") == pytest.approx(session.time_left("ladder:batch_size") + pair)
+    budget = session.budget
+    assert budget.time_left("ablate:batch_size") == pytest.approx(budget.time_left("ladder:batch_size") + pair)
 
 
 def test_a_compile_outcome_that_changed_between_search_and_confirmation_is_noted():
@@ -1359,8 +1369,8 @@ def test_a_gpu_pair_is_judged_on_reserved_blocks_not_only_allocated_ones():
     reference.peak_memory_bytes, reference.memory = 30 * 2**30, {"cuda_max_reserved_bytes": 40 * 2**30}
     other = knobs.full_settings({"batch_size": 16, "amp": "bf16"})
     # THEN a candidate of 35 GiB does not pair beside it (30 + 35 fit; 40 + 35 do not), and one of 25 GiB does
-    assert not session._can_pair(reference, other, 35 * 2**30)
-    assert session._can_pair(reference, other, 25 * 2**30)
+    assert not pairing.can_pair(session.backend, reference, other, 35 * 2**30)
+    assert pairing.can_pair(session.backend, reference, other, 25 * 2**30)
 
 
 def test_drift_groups_runs_beside_a_partner_by_the_partners_settings():
@@ -1376,14 +1386,14 @@ def test_drift_groups_runs_beside_a_partner_by_the_partners_settings():
     for p in (probe("p001", other, 1000.0), probe("p002", other, 1010.0),
               probe("p003", fast, 1000.0, "p004"), probe("p004", other, 900.0, "p003"),
               probe("p005", fast, 50.0, "p006"), probe("p006", slow, 20.0, "p005")):
-        session._record(p)
-    sd, df = session.drift()
+        session.ledger.record(p)
+    sd, df = figures.drift(session.ledger.probes)
     # THEN the runs beside different partners are not one group: only the two alone runs make the drift
     assert df == 1 and sd < 0.01
     # AND two runs beside partners of the same settings are one group
-    session._record(probe("p007", fast, 990.0, "p008"))
-    session._record(probe("p008", other, 910.0, "p007"))
-    assert session.drift()[1] == 3
+    session.ledger.record(probe("p007", fast, 990.0, "p008"))
+    session.ledger.record(probe("p008", other, 910.0, "p007"))
+    assert figures.drift(session.ledger.probes)[1] == 3
 
 
 def test_a_rejected_confirmation_keeps_the_baseline_and_states_no_speedup():
@@ -1453,7 +1463,7 @@ def test_a_confirmation_whose_rounds_disagree_runs_more_of_them_while_the_budget
         base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
         winner = session.run({**base.settings, change[0]: change[1]}, f"knob:{change[0]}")
         _, speedup = confirm(session, base, winner, [])
-        return sum(p.role == "confirm:recommended" for p in session.probes), speedup
+        return sum(p.role == "confirm:recommended" for p in session.ledger.probes), speedup
 
     # WHEN nothing limits the time: rounds go on to the cap, the CI still wider than ±5%; rounds one after the
     # other (they carry the machine's swings) to twice the cap of rounds in lockstep
@@ -1540,7 +1550,7 @@ def test_a_precise_confirmation_goes_on_until_its_rounds_span_a_share_of_the_bud
         base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
         winner = session.run({**base.settings, "amp": "bf16"}, "knob:amp")
         clock.now += spent  # what exploring took
-        started, spans, run = session.elapsed(), [], backend.run
+        started, spans, run = session.budget.elapsed(), [], backend.run
 
         def timed(spec, role):  # each probe's start on the fake clock
             spans.append(clock.now - started)
@@ -1553,8 +1563,8 @@ def test_a_precise_confirmation_goes_on_until_its_rounds_span_a_share_of_the_bud
         pair = backend.pair
         backend.run, backend.pair = timed, timed_pair
         _, speedup = confirm(session, base, winner, [])
-        rounds = sum(p.role == "confirm:recommended" for p in session.probes)
-        return rounds, spans[2 * rounds - 1], speedup, session.elapsed()  # when the last round's 2nd probe began
+        rounds = sum(p.role == "confirm:recommended" for p in session.ledger.probes)
+        return rounds, spans[2 * rounds - 1], speedup, session.budget.elapsed()  # when the last round's 2nd probe began
 
     # WHEN no budget is given: precise after the least rounds, it stops there
     rounds, _, speedup, _ = confirm_span(None)
@@ -1634,9 +1644,9 @@ def test_a_confirmation_in_timed_turns_rests_its_interval_on_its_own_rounds_not_
         session.duel(base, amp, first=i % 2)
     winner = session.run({**base.settings, "batch_size": 64}, "knob:batch_size")
     # WHEN the budget leaves the confirmation four rounds
-    session.budget_s = clock.now + 4 * 2 * backend.wall_s + 2 * backend.wall_s
+    session.budget.limit_s = clock.now + 4 * 2 * backend.wall_s + 2 * backend.wall_s
     _, speedup = confirm(session, base, winner, [])
-    rounds = [p for p in session.probes if p.role == "confirm:recommended"]
+    rounds = [p for p in session.ledger.probes if p.role == "confirm:recommended"]
     assert 2 <= len(rounds) <= 4 and "in turns of about" in speedup["method"]
     # THEN its CI is as wide as four rounds ±20% apart make it (Student's t over them), not narrowed by the
     # duels' spread of under 1%, which came from other settings measured step by step
@@ -1659,7 +1669,7 @@ def test_rounds_that_split_by_who_went_first_widen_the_interval_to_hold_both_and
         winner = session.run({**base.settings, "batch_size": 256}, "knob:batch_size")
         notes = []
         _, speedup = confirm(session, base, winner, notes)
-        rounds = sum(p.role == "confirm:recommended" for p in session.probes)
+        rounds = sum(p.role == "confirm:recommended" for p in session.ledger.probes)
         return speedup, notes, rounds
 
     # WHEN the winner moving second reads 1.16x slow
@@ -1740,20 +1750,23 @@ def test_rounds_in_turn_measure_short_windows_and_the_budget_keeps_four_of_them(
     # THEN the reserve for the loader change keeps four rounds in turn, each side's window cut from 9 s (baseline)
     # or 6 s (winner) to 4 s, and the runs alone at full length; a winner that pairs keeps two lockstep rounds
     cut = (12.0 - (9.0 - CONFIRM_TURN_WINDOW_S)) + (12.0 - (6.0 - CONFIRM_TURN_WINDOW_S))
-    assert reserve_s(session, base, loader) == pytest.approx(CONFIRM_MIN_ROUNDS_IN_TURN * cut + CONFIRM_ALONE * 24.0)
-    assert reserve_s(session, base, amp) == pytest.approx(CONFIRM_MIN_ROUNDS * 24.0 + CONFIRM_ALONE * 24.0)
+    def reserve(winner):
+        return reserve_s(session.pairs(base, winner), session.budget.fresh_parent_s, base, winner)
+
+    assert reserve(loader) == pytest.approx(CONFIRM_MIN_ROUNDS_IN_TURN * cut + CONFIRM_ALONE * 24.0)
+    assert reserve(amp) == pytest.approx(CONFIRM_MIN_ROUNDS * 24.0 + CONFIRM_ALONE * 24.0)
     # WHEN the budget holds exactly that reserve after the three probes so far
-    session.budget_s = clock.now + reserve_s(session, base, loader)
+    session.budget.limit_s = clock.now + reserve(loader)
     _, speedup = confirm(session, base, loader, [])
     # THEN four rounds ran in turn, each side measuring at most 4 s, and the runs alone measured in full
-    rounds = [p for p in session.probes if p.role in ("confirm:baseline", "confirm:recommended")]
-    alone = [p for p in session.probes if p.role.startswith("confirm:alone")]
+    rounds = [p for p in session.ledger.probes if p.role in ("confirm:baseline", "confirm:recommended")]
+    alone = [p for p in session.ledger.probes if p.role.startswith("confirm:alone")]
     assert len(rounds) == 2 * CONFIRM_MIN_ROUNDS_IN_TURN and "4 rounds" in speedup["method"]
     assert all(sum(p.step_s) <= CONFIRM_TURN_WINDOW_S for p in rounds) and backend.pairs == []
     assert len(alone) == 2 and all(sum(p.step_s) > CONFIRM_TURN_WINDOW_S for p in alone)
-    assert clock.now <= session.budget_s + 1e-9
+    assert clock.now <= session.budget.limit_s + 1e-9
     # AND a lockstep confirmation's sides are not cut: they share every moment, and longer windows settle the ratio
-    session.budget_s, before = None, len(backend.specs)
+    session.budget.limit_s, before = None, len(backend.specs)
     _, speedup = confirm(session, base, amp, [])
     assert backend.pairs and "lockstep" in speedup["method"]
     assert all(s.protocol.max_time_s > CONFIRM_TURN_WINDOW_S for s in backend.specs[before:])
@@ -1833,10 +1846,10 @@ def test_only_a_gain_over_the_baseline_earns_duels_past_three():
         session = Session(backend, clock=FakeClock())
         base = knobs.full_settings({"batch_size": 16})
         start, other = session.run(base, "baseline"), session.run({**base, "batch_size": 32}, "knob")
-        session.baseline = start if start_is_baseline else other  # the same probes either way: only this differs
+        session.ledger.start_from(start if start_is_baseline else other)  # the same probes: only this differs
         candidate = session.run({**base, "amp": "bf16"}, "knob:amp")
         session.beats(start, candidate)
-        return len(session._duels[(settings_key(start.settings), settings_key(candidate.settings))])
+        return len(session.ledger.duels[(settings_key(start.settings), settings_key(candidate.settings))])
 
     # THEN the comparison against the baseline earns duels up to six
     assert compare(start_is_baseline=True) == MAX_DUELS_AMPLE
@@ -1870,7 +1883,7 @@ def test_a_plan_with_nothing_left_to_explore_takes_a_second_look_at_its_open_gai
     looks = [d for d in outcome.decisions if d.startswith("second look: batch_size=256")]
     # THEN with nothing else left to explore, the comparison of 256 against the kept 128 earns further duels past
     # the three a comparison that is not against the baseline gets, and the decision says what they read
-    duels = len(session._duels[(settings_key({**ctx.baseline, "batch_size": 128}),
+    duels = len(session.ledger.duels[(settings_key({**ctx.baseline, "batch_size": 128}),
                                 settings_key({**ctx.baseline, "batch_size": 256}))])
     assert MAX_DUELS < duels <= MAX_DUELS_AMPLE
     assert len(looks) == 1 and "before: " in looks[0] and f"over {MAX_DUELS} rounds in turn" in looks[0]
@@ -1919,7 +1932,7 @@ def test_a_rung_whose_first_duel_cannot_tell_a_loss_from_a_gain_is_dueled_again(
     ctx = PlanContext(baseline=knobs.full_settings({"batch_size": 32}), search={"batch_size": list(rates)},
                       workload=MLP, device=CPU_NO_BF16, explore=("batch_size",))
     outcome = plan(ctx, session, "adaptive")
-    by_id = {p.id: p for p in session.probes}
+    by_id = {p.id: p for p in session.ledger.probes}
     pairs = [tuple(sorted((by_id[i] for i in ids), key=lambda p: p.settings["batch_size"])) for ids in backend.pairs]
     pairs = [pair for pair in pairs if [p.settings["batch_size"] for p in pair] == [64, 128]]
     median, low, high = pair_ratio(pairs[:1])
@@ -2011,8 +2024,8 @@ def test_a_session_made_with_a_drift_between_sessions_gives_it_to_every_figure()
         session = Session(FakeBackend(cnn_rate, jitter=0.02, clock=clock), clock=clock, session_drift=drift)
         ctx = PlanContext(baseline=knobs.full_settings({"batch_size": 16}), search={}, workload=CNN, device=CPU)
         outcome = plan(ctx, session, "adaptive")
-        figures_of[drift] = session.figures(outcome.baseline.settings, outcome.recommended.settings,
-                                            outcome.speedup)
+        figures_of[drift] = figures.figures(session.ledger.probes, outcome.baseline.settings,
+                                            outcome.recommended.settings, outcome.speedup, between=drift)
     # THEN its figures carry that drift, say so, and are narrower than with the default
     for side in ("baseline", "recommended"):
         default, quiet = figures_of[None][side], figures_of[0.02][side]

@@ -43,7 +43,7 @@ def run(budget_s=None, finished=None, stop_after=None, calls_before=(), lockstep
     saved = []
 
     def record(result):  # what analyze saves: the probe as results.json has it, and the clock then
-        saved.append((json.loads(json.dumps(result.to_dict())), session.elapsed()))
+        saved.append((json.loads(json.dumps(result.to_dict())), session.budget.elapsed()))
 
     session = Session(backend, budget_s, on_probe=record, clock=clock, finished=finished)
     ctx = PlanContext(baseline=knobs.full_settings({"batch_size": 16}), search={}, workload=CNN,
@@ -52,7 +52,7 @@ def run(budget_s=None, finished=None, stop_after=None, calls_before=(), lockstep
         outcome = plan(ctx, session, "adaptive")
     except KeyboardInterrupt:
         return session, None, backend, saved
-    session.end_replay()  # as analyze does when the plan is over
+    session.ledger.end_replay()  # as analyze does when the plan is over
     return session, outcome, backend, saved
 
 
@@ -61,7 +61,7 @@ def reloaded(saved):
 
 
 def trace(session):
-    return [(p.id, p.role, knobs.describe(p.settings)) for p in session.probes]
+    return [(p.id, p.role, knobs.describe(p.settings)) for p in session.ledger.probes]
 
 
 @pytest.mark.parametrize("lockstep", [False, True], ids=["in-turn", "lockstep"])
@@ -71,8 +71,9 @@ def test_a_resumed_plan_runs_only_the_missing_probes_and_ends_as_an_uninterrupte
     budget_s = (70.0 if lockstep else 90.0) if tight else None
     whole, expected, whole_backend, _ = run(budget_s, lockstep=lockstep)
     assert expected.speedup is not None and len(whole_backend.calls) > 6
-    assert any("over budget" in u for u in whole.unexplored) == (budget_s is not None)
-    assert any(p.role == "recheck" for p in whole.probes)  # a duel (channels_last ran in a fast moment) is replayed
+    assert any("over budget" in u for u in whole.ledger.unexplored) == (budget_s is not None)
+    # a duel (channels_last ran in a fast moment) is replayed
+    assert any(p.role == "recheck" for p in whole.ledger.probes)
     for stop in range(1, len(whole_backend.calls)):
         # GIVEN a run interrupted while its backend was asked for probe `stop + 1` (in lockstep: the pair holding it)
         first, outcome, first_backend, saved = run(budget_s, stop_after=stop, lockstep=lockstep)
@@ -84,17 +85,17 @@ def test_a_resumed_plan_runs_only_the_missing_probes_and_ends_as_an_uninterrupte
         # THEN only the probes that had not finished run, and the plan is the uninterrupted one, probe for probe
         assert backend.calls[done:] == whole_backend.calls[done:], stop
         assert trace(again) == trace(whole), stop
-        assert [p.id for p in again.reused] == [p.id for p in first.probes] and not again.discarded
+        assert [p.id for p in again.ledger.reused] == [p.id for p in first.ledger.probes] and not again.ledger.discarded
         assert outcome.recommended.settings == expected.recommended.settings
         assert outcome.speedup == expected.speedup
         # AND the budget counts the first run's time plus the resumed one's, as if uninterrupted
-        assert again.elapsed() == pytest.approx(whole.elapsed())
+        assert again.budget.elapsed() == pytest.approx(whole.budget.elapsed())
 
 
 def test_resuming_a_finished_run_runs_nothing():
     whole, expected, _, saved = run()
     again, outcome, backend, _ = run(finished=reloaded(saved))
-    assert backend.calls == [] and trace(again) == trace(whole) and not again.replaying
+    assert backend.calls == [] and trace(again) == trace(whole) and not again.ledger.replaying
     assert outcome.speedup == expected.speedup
 
 
@@ -103,11 +104,12 @@ def test_a_plan_that_takes_another_path_discards_the_rest_and_numbers_on():
     _, _, first_backend, saved = run(stop_after=12)
     again, outcome, backend, _ = run(budget_s=65.0, finished=reloaded(saved), calls_before=first_backend.calls)
     # THEN the replay stops where the plan differs; the probes not asked for again are discarded
-    assert again.reused and again.discarded and len(again.reused) + len(again.discarded) == len(saved)
-    assert again.probes[len(again.reused)].role != saved[len(again.reused)][0]["role"]
+    reused, discarded = again.ledger.reused, again.ledger.discarded
+    assert reused and discarded and len(reused) + len(discarded) == len(saved)
+    assert again.ledger.probes[len(again.ledger.reused)].role != saved[len(again.ledger.reused)][0]["role"]
     # AND the plan goes on live (its confirmation runs), numbering on from the last probe kept
-    assert len(backend.calls) > 12 and outcome.speedup is not None and not again.replaying
-    ids = [p.id for p in again.probes]
+    assert len(backend.calls) > 12 and outcome.speedup is not None and not again.ledger.replaying
+    ids = [p.id for p in again.ledger.probes]
     assert ids == [f"p{i:03d}" for i in range(1, len(ids) + 1)]
 
 

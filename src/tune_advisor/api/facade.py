@@ -16,9 +16,9 @@ from .. import workload as workload_mod
 from ..collectors import designate, flops
 from ..distributed import launch
 from ..errors import UsageError
-from ..planner import Outcome, PlanContext, Session, plan
-from ..planner.session import DUEL_ROLE, protocol_for
-from ..probe.backend import ProbeBackend
+from ..planner import Outcome, PlanContext, Session, budget, figures, plan
+from ..planner.keep import DUEL_ROLE
+from ..probe.backend import ProbeBackend, ProbeLimits
 from ..probe.result import ProbeResult
 from ..probe.spec import ProbeSpec
 from ..render import write_reports
@@ -27,10 +27,6 @@ from ..results import RunRecord
 from .inspection import INSPECT_TIMEOUT_S, Inspection, device_facts, inspect_workload
 from .observer import AnalysisObserver, SilentObserver
 from .options import AnalyzeOptions
-
-MIN_PROBE_S = 1.0  # a probe started at the budget's end (the confirmation) still gets this long
-FINISH_RESERVE_S = 3.0  # what the rules and the reports (charts included) take after the last probe
-CALIBRATION_SHARE = 0.1  # of the budget, at most, for measuring the machine's peaks (a first run per machine)
 
 
 @dataclass
@@ -76,10 +72,9 @@ def analyze(path: str | Path, options: AnalyzeOptions | None = None,
         device = environment.resolve_device(options.device)
         layout = launch.check(options.nproc_per_node, options.nnodes, options.rdzv_endpoint, device)  # DDP, or None
         remote = executors.connect(options.executor, options.ray_address, device, workdir)  # fails before inspecting
-        inspect_s = INSPECT_TIMEOUT_S if options.budget is None else min(INSPECT_TIMEOUT_S, options.budget)
         script = script_mode(path, options, layout)
-        if script is not None:  # a script's inspection runs it to its first steps: the probe limit bounds that
-            inspect_s = min(inspect_s, options.probe_timeout)
+        inspect_s = budget.inspection_limit(options.budget, INSPECT_TIMEOUT_S,
+                                            None if script is None else options.probe_timeout)
         info = inspect_workload(path, device, workdir, inspect_s, script=script)
         memory = _memory_budget(options.max_memory, previous, device)
         record = _start_record(path, out_dir, options, info, device, layout, memory, previous)
@@ -93,7 +88,7 @@ def analyze(path: str | Path, options: AnalyzeOptions | None = None,
         try:
             outcome = plan(ctx, session, options.strategy)
         except KeyboardInterrupt:  # the running probe's group is killed already (probe.runner); keep what finished
-            if not session.replaying:  # mid-replay the file on disk still holds every finished probe
+            if not session.ledger.replaying:  # mid-replay the file on disk still holds every finished probe
                 _interrupted(record, session, resuming=previous is not None)
                 write_reports(record.document, out_dir)  # a second Ctrl-C may cut this short: results.json is saved
             raise
@@ -173,12 +168,6 @@ def _memory_budget(max_memory: int | None, previous: dict[str, Any] | None, devi
     return max_memory
 
 
-def calibration_limit(budget_s: float | None) -> float:
-    """How long measuring the machine's peak FLOP/s may take: flops' own bound, or a tenth of a short budget."""
-    return flops.PEAK_TIMEOUT_S if budget_s is None else max(0.5, min(flops.PEAK_TIMEOUT_S,
-                                                                      CALIBRATION_SHARE * budget_s))
-
-
 def _start_record(path: str | Path, out_dir: Path, options: AnalyzeOptions, info: Inspection, device: str,
                   layout: dict[str, Any] | None, memory: int | None, previous: dict[str, Any] | None) -> RunRecord:
     """The run's record, with the machine's peaks; saved, unless the file on disk holds an interrupted run's
@@ -208,7 +197,7 @@ def _start_record(path: str | Path, out_dir: Path, options: AnalyzeOptions, info
         record.continues(previous)
     # The roofline for MFU: measured once per machine and cached; children only read the cache. It counts
     # against the budget like everything else the user waits for, so it gets a small share of it.
-    record.set_peaks(*flops.ensure_peaks(device, timeout_s=calibration_limit(options.budget)))
+    record.set_peaks(*flops.ensure_peaks(device, timeout_s=budget.calibration_limit(options.budget)))
     if previous is None or not previous["probes"]:  # resuming, it keeps them until the replay is over
         record.save()
     return record
@@ -216,8 +205,8 @@ def _start_record(path: str | Path, out_dir: Path, options: AnalyzeOptions, info
 
 @dataclass
 class ProbeSpecs:
-    """The Session's spec maker in an analysis: each probe's spec from the options and what is left of the budget
-    for it; the observer hears of the probe first."""
+    """The Session's spec maker in an analysis: each probe's spec from the options, within the limits the budget
+    sets it (planner/budget.py); the observer hears of the probe first."""
 
     info: Inspection
     device: str
@@ -228,14 +217,13 @@ class ProbeSpecs:
     def __post_init__(self):
         self.profiled = designate.ProfilePolicy(enabled=self.options.profile)  # the baseline and the recommended
 
-    def __call__(self, probe_id: str, settings: dict[str, Any], role: str, left_s: float | None) -> ProbeSpec:
+    def __call__(self, probe_id: str, settings: dict[str, Any], role: str, limits: ProbeLimits) -> ProbeSpec:
         self.observer.on_probe_start(probe_id, settings, role)
-        left = None if left_s is None else max(left_s, MIN_PROBE_S)
         o = self.options
         return ProbeSpec(id=probe_id, workload=str(self.info.path), settings=settings, device=self.device,
-                         protocol=protocol_for(role, o.protocol, left), timeout_s=o.probe_timeout, seed=o.seed,
+                         protocol=limits.protocol(o.protocol), timeout_s=o.probe_timeout, seed=o.seed,
                          profile=self.profiled(role), count_flops=role != DUEL_ROLE, distributed=self.layout,
-                         budget_left_s=left, script=self.info.script)
+                         budget_left_s=limits.left_s, script=self.info.script)
 
 
 def _session(record: RunRecord, backend: ProbeBackend, specs: ProbeSpecs, budget_s: float | None, started: float,
@@ -245,16 +233,15 @@ def _session(record: RunRecord, backend: ProbeBackend, specs: ProbeSpecs, budget
     saved = {id(result): entry for result, _, entry in finished}  # replayed probes are saved as they were
 
     def recorded(result: ProbeResult) -> None:
-        record.add_probe(saved.get(id(result)) or {**result.to_dict(), "elapsed_s": round(session.elapsed(), 3)})
-        record.spent(used_s=round(session.elapsed(), 3), probes_run=len(session.probes),
-                     unexplored=session.unexplored)
-        if not session.replaying:
+        elapsed = round(session.budget.elapsed(), 3)
+        record.add_probe(saved.get(id(result)) or {**result.to_dict(), "elapsed_s": elapsed})
+        record.spent(used_s=elapsed, probes_run=len(session.ledger.probes), unexplored=session.ledger.unexplored)
+        if not session.ledger.replaying:
             record.save()
         observer.on_probe(result, session)
 
     # The budget ends when the last file is written: the planner stops where rules and reports still fit.
-    planning_s = None if budget_s is None else max(0.0, budget_s - FINISH_RESERVE_S)
-    session = Session(backend, planning_s, on_probe=recorded, started=started,
+    session = Session(backend, budget.planning_limit(budget_s), on_probe=recorded, started=started,
                       finished=[(result, elapsed) for result, elapsed, _ in finished], make_spec=specs,
                       session_drift=specs.options.session_drift)
     return session
@@ -262,9 +249,10 @@ def _session(record: RunRecord, backend: ProbeBackend, specs: ProbeSpecs, budget
 
 def _interrupted(record: RunRecord, session: Session, resuming: bool) -> None:
     """Ctrl-C before a recommendation: the probes that finished, saved, and how to go on."""
+    ledger = session.ledger
     if resuming:
-        record.resumed([p.id for p in session.reused], [p.id for p in session.discarded])
-    record.interrupted([f"interrupted after {len(session.probes)} probes, before a recommendation; "
+        record.resumed([p.id for p in ledger.reused], [p.id for p in ledger.discarded])
+    record.interrupted([f"interrupted after {len(ledger.probes)} probes, before a recommendation; "
                         "`tune-advisor analyze --resume` continues the run"])
     record.save()
 
@@ -272,20 +260,22 @@ def _interrupted(record: RunRecord, session: Session, resuming: bool) -> None:
 def _complete(record: RunRecord, outcome: Outcome, session: Session, options: AnalyzeOptions,
               resuming: bool) -> None:
     """The plan is over: the recommendation, the figures, the rules' findings and the budget, saved."""
-    session.end_replay()
-    if session.discarded:
-        outcome.notes.append(f"resumed: the plan left the interrupted run's path at {session.discarded[0].id} "
-                             f"(e.g. a different budget), so {len(session.discarded)} of its probes were not "
+    ledger = session.ledger
+    ledger.end_replay()
+    if ledger.discarded:
+        outcome.notes.append(f"resumed: the plan left the interrupted run's path at {ledger.discarded[0].id} "
+                             f"(e.g. a different budget), so {len(ledger.discarded)} of its probes were not "
                              "reused")
     if resuming:
-        record.resumed([p.id for p in session.reused], [p.id for p in session.discarded])
+        record.resumed([p.id for p in ledger.reused], [p.id for p in ledger.discarded])
     unit = outcome.baseline.unit
     record.complete(baseline=outcome.baseline.to_dict(), recommended=outcome.recommended.to_dict(),
                     speedup=outcome.speedup,
-                    # both settings' best-founded throughputs, on one level with the speedup (Session.figures)
-                    figures=session.figures(outcome.baseline.settings, outcome.recommended.settings,
-                                            outcome.speedup, unit),
+                    # both settings' best-founded throughputs, on one level with the speedup
+                    figures=figures.figures(ledger.probes, outcome.baseline.settings, outcome.recommended.settings,
+                                            outcome.speedup, unit, session.session_drift),
                     notes=outcome.notes, plan=outcome.plan_summary())
     record.set_findings(rules.evaluate(record.document, options.select, options.ignore))
-    record.spent(used_s=round(session.elapsed(), 3), probes_run=len(session.probes), unexplored=outcome.unexplored)
+    record.spent(used_s=round(session.budget.elapsed(), 3), probes_run=len(ledger.probes),
+                 unexplored=outcome.unexplored)
     record.save()

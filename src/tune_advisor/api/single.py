@@ -1,4 +1,5 @@
-"""`probe`: one configuration of the workload, measured once (`tune-advisor probe`)."""
+"""`probe`: one configuration of the workload, measured once (`tune-advisor probe`), by this machine's backend
+(executors/local.py: a child process, or a torchrun job for DDP)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .. import environment, knobs
+from .. import environment, executors, knobs
 from ..distributed import launch
 from ..errors import UsageError
 from ..probe.result import ProbeResult
-from ..probe.runner import run_probe
 from ..probe.spec import ProbeSpec, Protocol
 from .inspection import Inspection, device_facts, inspect_workload
 from .options import DEFAULT_PROBE_TIMEOUT_S, parse_duration
@@ -48,4 +48,8 @@ def probe(path: str | Path, settings: dict[str, Any] | None = None, *, device: s
     spec = ProbeSpec(id="probe", workload=str(info.path), settings=full, device=device,
                      protocol=protocol or Protocol(), timeout_s=parse_duration(probe_timeout), seed=seed,
                      profile=profile, distributed=layout)
-    return info, run_probe(spec, workdir, role="probe")
+    backend = executors.local_backend(device, layout, workdir, None)
+    try:
+        return info, backend.run(spec, "probe")
+    finally:
+        backend.close()

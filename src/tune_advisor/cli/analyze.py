@@ -13,6 +13,7 @@ from typing import Optional
 import typer
 
 from .. import api, knobs
+from ..planner import compare
 from ..probe.spec import Protocol
 from ..render.terminal import analysis_summary, probe_line
 from . import _common
@@ -21,10 +22,12 @@ from ._common import EXIT_INTERRUPTED, command_line, err, handle_errors, out as 
 
 def best_so_far(session) -> str:
     """The current best settings and their gain over the baseline, as the planner measured it so far."""
-    base, best = (session.baseline, session.best) if session is not None else (None, None)
+    ledger = session.ledger if session is not None else None
+    base, best = (ledger.baseline, ledger.best) if ledger is not None else (None, None)
     if base is None or best is None or best.settings == base.settings or not (base.ok and best.ok):
         return ""
-    return f"; best so far: {knobs.describe(best.settings, base.settings)} at {session.describe_gain(base, best)}"
+    gain = compare.describe_gain(ledger, base, best)
+    return f"; best so far: {knobs.describe(best.settings, base.settings)} at {gain}"
 
 
 class LiveOutput(api.SilentObserver):

@@ -46,6 +46,11 @@ def command(
     min_steps: Optional[int] = typer.Option(None, help="Steps measured per round (default: the baseline's)."),
     warmup: Optional[int] = typer.Option(None, help="Warm-up steps (default: the baseline's)."),
     seed: int = typer.Option(0, help="Seed for the model, data order and bootstrap."),
+    executor: str = typer.Option("local", help="local: probes on this machine, two sides in lockstep; ray: probes "
+                                               "as Ray tasks (one GPU each), two sides one after the other "
+                                               "(pip install 'tune-advisor[ray]')."),
+    ray_address: Optional[str] = typer.Option(None, help="Ray cluster to join with --executor ray (e.g. auto, "
+                                                         "ray://head:10001) [default: a local Ray instance]."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Folder for gate.json."),
     junit: Optional[Path] = typer.Option(None, help="Write JUnit XML here (one testcase per check)."),
     json_out: bool = typer.Option(False, "--json", help="Print gate.json to stdout."),
@@ -74,7 +79,7 @@ def command(
         result = run_gate(file, baseline=baseline, against=against, checks=check, settings=settings,
                           from_results=from_results, rounds=rounds, device=device, protocol=protocol,
                           probe_timeout=probe_timeout, allow_other_hardware=allow_other_hardware, seed=seed,
-                          command=sys.argv, on_probe=on_probe)
+                          command=sys.argv, on_probe=on_probe, executor=executor, ray_address=ray_address)
     finally:
         if status is not None:
             status.stop()

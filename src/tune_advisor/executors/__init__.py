@@ -1,7 +1,7 @@
 """Where probes run: the ProbeBackend implementations (the interface: probe/backend.py).
 
-local.py  child processes of this machine, one at a time: LocalBackend (duels in lockstep pairs) and, for DDP
-          probes, TorchrunBackend (no pairs)
+local.py  child processes of this machine, one at a time: LocalBackend (lockstep pairs, in the planner's style or
+          the gate's: PairStyle) and, for DDP probes, TorchrunBackend (no pairs)
 ray.py    `--executor ray`: Ray tasks on a cluster or a local Ray instance, independent probes side by side
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..probe.backend import ProbeBackend
-from .local import LocalBackend, TorchrunBackend, pair_memory
+from .local import LEVELS, LocalBackend, TorchrunBackend, pair_memory
 
 EXECUTORS = ("local", "ray")
 
@@ -41,3 +41,9 @@ def local_backend(device: str, layout: dict[str, Any] | None, workdir: Path, mem
     if layout is not None:
         return TorchrunBackend(workdir)
     return LocalBackend(workdir, pair_memory(device, memory_budget))
+
+
+def gate_backend(name: str, address: str | None, device: str, workdir: Path) -> ProbeBackend:
+    """The gate's backend: the remote executor's (`--executor ray`), connected now, else this machine's, whose
+    lockstep pairs stop once each side's level is steady (`LEVELS`): the gate reports both levels."""
+    return connect(name, address, device, workdir) or LocalBackend(workdir, style=LEVELS)

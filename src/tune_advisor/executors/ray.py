@@ -26,6 +26,7 @@ INSTALL_HINT = "pip install 'tune-advisor[ray]'"
 
 def run_task(spec: ProbeSpec, workdir: str, role: str) -> ProbeResult:
     """Body of one Ray task: run the probe on this node with the ordinary runner."""
+    from ..distributed.launch import TORCHRUN
     from ..probe.runner import run_probe
 
     node = socket.gethostname()
@@ -36,7 +37,7 @@ def run_task(spec: ProbeSpec, workdir: str, role: str) -> ProbeResult:
     folder = Path(workdir)
     if not folder.parent.is_dir():  # another machine: the probe's files stay there, its result comes back
         folder = Path(tempfile.mkdtemp(prefix="tune-advisor-"))
-    result = run_probe(spec, folder, role=role)
+    result = run_probe(spec, folder, role=role, launcher=TORCHRUN if spec.distributed else None)
     result.extra["executor"] = {"name": "ray", "node": node}
     return result
 

@@ -10,9 +10,8 @@ from typing import Any, Callable, Sequence
 
 from .. import api, knobs, results
 from ..errors import UsageError
-from ..probe import lockstep
+from ..probe.backend import ProbeBackend
 from ..probe.result import ProbeResult
-from ..probe.runner import run_probe
 from ..probe.spec import ProbeSpec, Protocol
 
 OnProbe = Callable[[str, int, int], None]  # (side, round number, rounds)
@@ -67,14 +66,16 @@ def check_applicable(settings: dict[str, Any], info: api.Inspection, device: str
             raise UsageError(f"settings {name}={value}: {reason}")
 
 
-def measure(sides: dict[str, tuple[api.Inspection, dict[str, Any]]], rounds: int, *, device: str,
-            protocol: Protocol, timeout_s: float, workdir: Path, seed: int = 0,
+def measure(sides: dict[str, tuple[api.Inspection, dict[str, Any]]], rounds: int, *, backend: ProbeBackend,
+            device: str, protocol: Protocol, timeout_s: float, seed: int = 0,
             on_probe: OnProbe | None = None) -> dict[str, list[ProbeResult]]:
-    """`rounds` probes of each side. With two sides, each round runs both at once in lockstep (probe/lockstep.py):
-    they take turns step by step, so both see the same state of a machine whose speed changes every few seconds.
+    """`rounds` probes of each side, run by `backend` (executors.gate_backend). With two sides, each round runs
+    both at once in lockstep (`backend.pair`: probe/lockstep.py): they take turns step by step, so both see the same
+    state of a machine whose speed changes every few seconds; where the backend cannot pair (--executor ray), one
+    after the other.
 
-    The steps alternate A B, B A, ... within a round, and the side that moves first alternates between rounds, so
-    neither side always follows the other (a cache warmed, a core woken up).
+    The steps alternate A B, B A, ... within a round, and the side that moves (or runs) first alternates between
+    rounds, so neither side always follows the other (a cache warmed, a core woken up).
     """
     names = list(sides)
     measured: dict[str, list[ProbeResult]] = {name: [] for name in names}
@@ -84,10 +85,12 @@ def measure(sides: dict[str, tuple[api.Inspection, dict[str, Any]]], rounds: int
         roles = [f"gate:{name}" for name in names]
         if on_probe:
             on_probe(" and ".join(names), i + 1, rounds)
-        if len(names) == 2:
-            probes = lockstep.run_pair(specs, workdir, roles, first=i % 2)
+        if len(names) == 2 and backend.can_pair:
+            probes = backend.pair(specs, roles, first=i % 2)
         else:
-            probes = [run_probe(spec, workdir, role=role) for spec, role in zip(specs, roles)]
+            order = list(range(len(names)))[::-1 if i % 2 else 1]
+            done = {k: backend.run(specs[k], roles[k]) for k in order}
+            probes = [done[k] for k in range(len(names))]
         for name, probe in zip(names, probes):
             measured[name].append(probe)
     return measured

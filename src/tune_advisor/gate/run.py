@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from .. import __version__, api, environment, knobs
+from .. import __version__, api, environment, executors, knobs
 from ..errors import UsageError, WorkloadError
 from ..probe.spec import Protocol
 from . import baseline as baseline_mod
@@ -64,8 +64,12 @@ def record_baseline(path: str | Path, *, rounds: int = DEFAULT_ROUNDS, settings:
         info = api.inspect_workload(path, device, Path(tmp))
         chosen = resolve_settings(settings, info, from_results=from_results)
         check_applicable(chosen, info, device)
-        probes = measure({"baseline": (info, chosen)}, rounds, device=device, protocol=protocol,
-                         timeout_s=timeout_s, workdir=Path(tmp), seed=seed, on_probe=on_probe)["baseline"]
+        backend = executors.gate_backend("local", None, device, Path(tmp))
+        try:
+            probes = measure({"baseline": (info, chosen)}, rounds, backend=backend, device=device,
+                             protocol=protocol, timeout_s=timeout_s, seed=seed, on_probe=on_probe)["baseline"]
+        finally:
+            backend.close()
     failed = [p for p in probes if not p.ok]
     if failed:
         p = failed[0]
@@ -84,9 +88,11 @@ def run_gate(path: str | Path, *, baseline: str | Path | None = None, against: s
              from_results: Path | None = None, rounds: int = DEFAULT_ROUNDS, device: str = "auto",
              protocol: Protocol | None = None, probe_timeout: str | float = api.DEFAULT_PROBE_TIMEOUT_S,
              allow_other_hardware: bool = False, seed: int = 0, command: list[str] | None = None,
-             on_probe: OnProbe | None = None) -> GateResult:
-    """Re-measure the workload and judge every check. Unusable input raises (exit 2); everything else returns."""
+             on_probe: OnProbe | None = None, executor: str = "local", ray_address: str | None = None) -> GateResult:
+    """Re-measure the workload and judge every check. Unusable input raises (exit 2); everything else returns.
+    `executor`: where the probes run, local or ray (`ray_address`: the cluster to join), as analyze's."""
     _check_rounds(rounds)
+    executors.check(executor, ray_address)
     has_reference = baseline is not None or against is not None
     parsed = parse_checks(list(checks) if checks else list(DEFAULT_CHECKS if has_reference else ()))
     if not parsed:
@@ -134,8 +140,12 @@ def run_gate(path: str | Path, *, baseline: str | Path | None = None, against: s
             except WorkloadError as exc:
                 raise WorkloadError(f"{path} at {against}", exc.cause, exc.fix, exc.line) from None
             sides = {"reference": (ref_info, chosen), **sides}  # the reference goes first: A B, B A, ...
-        measured = measure(sides, rounds, device=device, protocol=protocol, timeout_s=timeout_s,
-                           workdir=workdir / "probes", seed=seed, on_probe=on_probe)
+        backend = executors.gate_backend(executor, ray_address, device, workdir / "probes")
+        try:
+            measured = measure(sides, rounds, backend=backend, device=device, protocol=protocol,
+                               timeout_s=timeout_s, seed=seed, on_probe=on_probe)
+        finally:
+            backend.close()
 
     if stored and mode == STORED and stored.settings and knobs.full_settings(stored.settings) != chosen:
         warnings.append(f"the baseline was measured with other settings ("

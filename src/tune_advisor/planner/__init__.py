@@ -1,8 +1,12 @@
 """Which probes to run, in what order, within the budget (SPEC §5).
 
 base.py      what every strategy shares: PlanContext in, Outcome out, the Planner's baseline-search-ablate-confirm
-session.py   the probe session: numbering, reuse, resume replay, the budget, every measure and its figure
-compare.py   the noise-aware comparison: gains, duels, when a gain counts
+session.py   the probe session: what a planner asks to have measured (run, measure, duel, beats), through a backend
+ledger.py    the probes of a plan: numbering, reuse, resume replay, samples, duels, wins, keeps, baseline and best
+budget.py    the wall-time budget: every time rule, from the analysis's slices to one probe's limits
+pairing.py   whether two settings can be measured side by side in lockstep (backend, loaders, memory)
+compare.py   the noise-aware comparison, as functions of the ledger: gains, duels, when a gain counts
+figures.py   the throughputs a report prints for the baseline and the recommendation
 ablation.py  each changed knob measured beside the winner without it
 confirm.py   the confirmation: baseline and winner again, in lockstep rounds and alone
 keep.py      the keep rule shared by planner and rules (MIN_GAIN), and which settings can run in lockstep

@@ -17,6 +17,7 @@ from typing import Any
 from .. import knobs
 from ..probe.result import ProbeResult
 from .base import PlanContext, Planner
+from . import compare, pairing
 from .compare import DUEL_FROM, LOADER_DUEL_FROM
 from .keep import MIN_GAIN, without
 from .session import Session
@@ -107,50 +108,65 @@ class AdaptivePlanner(Planner):
             if not live:
                 found = self._second_look(current)
                 if found is not None:  # kept: what it interacts with may pay again, and a ladder may go on
-                    s.note_keep(current, found)
                     changed = [k for k in self.knobs if found.settings[k] != current.settings[k]]
                     done.difference_update([k for k in changed if k in LADDERS] +
                                            [k for c in changed for k in INTERACTIONS.get(c, ())])
-                    current = s.best = found
+                    current = self._keep(current, found)
                     continue
                 self._ruled_out(prospects, current)
                 return current
-            if not s.affordable():
+            if not s.budget.affordable():
                 # the knobs its prospects had already ruled out say why too (a CNN on an H200 ended by the budget
                 # with amp neither tried nor mentioned: its GPU sat idle 92% of the step)
                 self._ruled_out(prospects, current)
-                s.unexplored.extend(f"{name}: over budget" for name in live)
+                s.ledger.unexplored.extend(f"{name}: over budget" for name in live)
                 return current
             name = max(live, key=lambda k: live[k].speedup)  # first in ORDER on ties
             done.add(name)
             self.visits[name] += 1
-            before = len(s.probes)
-            found = self.explore(name, current)
-            # A ladder keeps each value that beats the one before it; noise can add up over a chain of such wins
-            # (augment_cpu: 2 -> 3 -> 4 workers, each a win, measured 1.02x [0.86, 1.24] over 2 workers). A chain
-            # of lockstep wins whose product clears the noise stands; any other is checked against the start.
-            chain = s.chained_gain(current, found) if found is not current else None
-            chained = chain is not None and chain[0] >= 1 + MIN_GAIN and chain[1] > 1.0
-            if found is not current and not chained and not s.beats(current, found):
-                self.decisions.append(f"{name}: {knobs.describe(found.settings, current.settings)} beat the "
-                                      f"values before it, but not the start beyond the noise "
-                                      f"({s.describe_gain(current, found)})")
-                found = current
+            found = self._explored(name, current, base)
             if found is not current:
-                self.decisions.append(f"{name}: kept {knobs.describe(found.settings, current.settings)} "
-                                      f"({s.describe_gain(current, found, chained)})")
-                s.note_keep(current, found, chained)
                 done.difference_update(INTERACTIONS.get(name, ()))
-                current = s.best = found
-            else:
-                self.decisions.append(self._nothing_beat(name, current, base, s.probes[before:]))
+                current = found
+
+    def _explored(self, name: str, current: ProbeResult, base: ProbeResult) -> ProbeResult:
+        """Explore `name` on top of `current`; the new best where a value beats `current` beyond the noise (kept,
+        with its decision), else `current`."""
+        s = self.session
+        before = len(s.ledger.probes)
+        found = self.explore(name, current)
+        # A ladder keeps each value that beats the one before it; noise can add up over a chain of such wins
+        # (augment_cpu: 2 -> 3 -> 4 workers, each a win, measured 1.02x [0.86, 1.24] over 2 workers). A chain
+        # of lockstep wins whose product clears the noise stands; any other is checked against the start.
+        chain = compare.chained_gain(s.ledger, current, found) if found is not current else None
+        chained = chain is not None and compare.clears(chain)
+        if found is not current and not chained and not s.beats(current, found):
+            self.decisions.append(f"{name}: {knobs.describe(found.settings, current.settings)} beat the "
+                                  f"values before it, but not the start beyond the noise "
+                                  f"({compare.describe_gain(s.ledger, current, found)})")
+            found = current
+        if found is current:
+            self.decisions.append(self._nothing_beat(name, current, base, s.ledger.probes[before:]))
+            return current
+        self.decisions.append(f"{name}: kept {knobs.describe(found.settings, current.settings)} "
+                              f"({compare.describe_gain(s.ledger, current, found, chained)})")
+        return self._keep(current, found, chained)
+
+    def _keep(self, current: ProbeResult, found: ProbeResult, chained: bool = False) -> ProbeResult:
+        """`found` kept over `current`: the ledger notes the gain it was kept on (over the chain of lockstep wins
+        where `chained`) and holds it as the best so far. Returns `found`."""
+        ledger = self.session.ledger
+        gain = compare.chained_gain(ledger, current, found) if chained else compare.gain(ledger, current, found)
+        ledger.note_keep(current, found, gain)
+        ledger.keep_best(found)
+        return found
 
     def _ruled_out(self, prospects: dict[str, Prospect], current: ProbeResult) -> None:
         """Knobs left untried because their prospect could not gain enough: a decision and an unexplored entry."""
         for name, p in prospects.items():
             if p.why_not and self.alternatives(name, current):
                 self.decisions.append(f"{name}: skipped: {p.why_not}")
-                self.session.unexplored.append(f"{name}: {p.why_not}")
+                self.session.ledger.unexplored.append(f"{name}: {p.why_not}")
 
     @staticmethod
     def _nothing_beat(name: str, current: ProbeResult, base: ProbeResult, new: list[ProbeResult]) -> str:
@@ -169,16 +185,17 @@ class AdaptivePlanner(Planner):
         before the confirmation: the plan has nothing else to spend it on. One lstm_collate run read batch 256
         over 128 not beyond the noise in three lockstep duels, kept 128 and ended at 76 s of its 180; its twin run
         kept 256, 1.06x faster re-measured. Returns the candidate that now beats the best, or None."""
-        s = self.session
-        for candidate in s.open_gains(current):
+        s, ledger = self.session, self.session.ledger
+        for candidate in compare.open_gains(ledger, current):
             if not self._usable(candidate):
                 continue
-            before, asked = s.describe_gain(current, candidate), s.duel_count(current, candidate)
+            before = compare.describe_gain(ledger, current, candidate)
+            asked = compare.duel_count(ledger, current, candidate)
             won = s.beats(current, candidate, second_look=True)
-            after = s.describe_gain(current, candidate)
+            after = compare.describe_gain(ledger, current, candidate)
             change = knobs.describe(candidate.settings, current.settings)
-            if s.duel_count(current, candidate) == asked:  # the budget afforded no further duel
-                s.unexplored.append(f"{change}: a second look at its open gain ({before}) over budget")
+            if compare.duel_count(ledger, current, candidate) == asked:  # the budget afforded no further duel
+                s.ledger.unexplored.append(f"{change}: a second look at its open gain ({before}) over budget")
                 return None
             self.decisions.append(f"second look: {change} {'kept' if won else 'still not beyond the noise'} "
                                   f"({after}; before: {before})")
@@ -264,21 +281,48 @@ class AdaptivePlanner(Planner):
         """How much `name` could still gain over `current`, judged from what `current` measured."""
         if not self.alternatives(name, current):
             return Prospect(1.0, "no other applicable value to try")
+        if name in ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor"):
+            return self._loader_prospect(name, current)
+        if name == "amp":
+            # bf16 applies only where it is native (knobs.not_applicable); on a CPU that emulates it, what is left
+            # to try is leaving a bf16 baseline, at least as promising
+            return self._through_compute(current, COMPUTE_SPEEDUP["amp"], precision=True)
+        if name == "channels_last":
+            amp_on = current.settings["amp"] != "off"
+            return self._through_compute(current, COMPUTE_SPEEDUP["channels_last_amp" if amp_on else "channels_last"])
+        if name == "batch_size" and current.settings["num_workers"] > 0:
+            # With loader workers a larger batch also amortises the per-batch hand-over from the workers, which
+            # shows up as data wait: the wait does not bound it.
+            return Prospect(COMPUTE_SPEEDUP[name])
+        if name in ("batch_size", "cudnn_benchmark", "compile", "optimizer_impl"):
+            return self._through_compute(current, COMPUTE_SPEEDUP[name])
+        if name == "checkpointing":
+            return self._checkpointing_prospect(current)
+        if name == "matmul_precision":
+            if current.settings["amp"] != "off":
+                return Prospect(1.0, f"amp={current.settings['amp']} already runs the matmuls in 16 bits")
+            return self._through_compute(current, COMPUTE_SPEEDUP[name], precision=True)
+        return Prospect(1.0, "this planner does not know the knob")
+
+    def _through_compute(self, current: ProbeResult, speedup: float, precision: bool = False) -> Prospect:
+        """`speedup` on the compute part of `current`'s step (the part outside waiting for data); a precision
+        knob's only on its dense share (`_dense_at`)."""
         wait = current.data_wait_frac() or 0.0
-        dense, dense_where = self._dense_at(current)
+        dense, dense_where = self._dense_at(current) if precision else (None, "")
+        if dense is not None:
+            speedup = 1 / ((1 - dense) + dense / speedup)
+        bound = 1 / (wait + (1 - wait) / speedup)
+        if bound >= 1 + MIN_GAIN:
+            return Prospect(bound)
+        dense_note = f" and {dense:.0%} of the rest is matmuls and convolutions{dense_where}" \
+            if dense is not None else ""
+        return Prospect(bound, f"the step is {wait:.0%} waiting for data{dense_note}, so faster compute could "
+                               f"gain at most {bound - 1:.0%}")
 
-        def through_compute(speedup: float, precision: bool = False) -> Prospect:
-            """`speedup` on the compute part of the step; a precision knob's only on its dense share."""
-            if precision and dense is not None:
-                speedup = 1 / ((1 - dense) + dense / speedup)
-            bound = 1 / (wait + (1 - wait) / speedup)
-            if bound >= 1 + MIN_GAIN:
-                return Prospect(bound)
-            dense_note = f" and {dense:.0%} of the rest is matmuls and convolutions{dense_where}" \
-                if precision and dense is not None else ""
-            return Prospect(bound, f"the step is {wait:.0%} waiting for data{dense_note}, so faster compute could "
-                                   f"gain at most {bound - 1:.0%}")
-
+    def _loader_prospect(self, name: str, current: ProbeResult) -> Prospect:
+        """What a loader knob could gain: bounded by the share of `current`'s step spent waiting for data (or
+        copying to the device, for pinned memory)."""
+        wait = current.data_wait_frac() or 0.0
         if name == "num_workers":
             if wait < MIN_DATA_WAIT:
                 return Prospect(1.0, f"the step waits for data only {wait:.1%} of the time: more loader workers "
@@ -288,51 +332,26 @@ class AdaptivePlanner(Planner):
                                      "more of the loader), and no larger worker count is left"
                                      + (" that the cores can feed" if self.worker_cap is not None else ""))
             return Prospect(1 / (1 - 0.9 * wait))
-        if name == "amp":
-            # bf16 applies only where it is native (knobs.not_applicable); on a CPU that emulates it, what is left
-            # to try is leaving a bf16 baseline, at least as promising
-            return through_compute(COMPUTE_SPEEDUP["amp"], precision=True)
-        if name == "channels_last":
-            amp_on = current.settings["amp"] != "off"
-            return through_compute(COMPUTE_SPEEDUP["channels_last_amp" if amp_on else "channels_last"])
-        if name == "batch_size" and current.settings["num_workers"] > 0:
-            # With loader workers a larger batch also amortises the per-batch hand-over from the workers, which
-            # shows up as data wait: the wait does not bound it.
-            return Prospect(COMPUTE_SPEEDUP[name])
-        if name in ("batch_size", "cudnn_benchmark"):
-            return through_compute(COMPUTE_SPEEDUP[name])
         if name == "pin_memory":
             copy = current.copy_frac() or 0.0
             if copy < MIN_COPY_SHARE:
                 return Prospect(1.0, f"host-to-device copies take only {copy:.1%} of the step")
             return Prospect(1 / (1 - 0.5 * copy))
-        if name == "checkpointing":
-            return self._checkpointing_prospect(current)
-        if name == "compile":
-            return through_compute(COMPUTE_SPEEDUP[name])
-        if name == "matmul_precision":
-            if current.settings["amp"] != "off":
-                return Prospect(1.0, f"amp={current.settings['amp']} already runs the matmuls in 16 bits")
-            return through_compute(COMPUTE_SPEEDUP[name], precision=True)
-        if name == "optimizer_impl":
-            return through_compute(COMPUTE_SPEEDUP[name])
         if name == "persistent_workers":
             return self._restart_prospect(current)
-        if name == "prefetch_factor":
-            if wait < MIN_DATA_WAIT:
-                return Prospect(1.0, f"the step waits for data only {wait:.1%} of the time: a deeper prefetch "
-                                     f"queue cannot gain {MIN_GAIN:.0%}")
-            return Prospect(1 / (1 - 0.5 * wait))
-        return Prospect(1.0, "this planner does not know the knob")
+        if wait < MIN_DATA_WAIT:  # prefetch_factor
+            return Prospect(1.0, f"the step waits for data only {wait:.1%} of the time: a deeper prefetch "
+                                 f"queue cannot gain {MIN_GAIN:.0%}")
+        return Prospect(1 / (1 - 0.5 * wait))
 
     def _dense_at(self, current: ProbeResult) -> tuple[float | None, str]:
         """The baseline profile's dense share of the compute, carried to `current`'s batch size (never below the
-        profile's), and where it was carried from ('' where not carried). A dense kernel's time grows with the batch (its FLOPs do) while
-        a step's fixed costs (kernel launches, the optimizer) do not: with d of c0 seconds of compute at batch b0,
-        about d·c0·k of the c seconds measured at k·b0. On an H200 the cnn's GPU idled 91% of a batch-32 step
-        (dense 7% of 6.5 ms of compute), and batch 128 computed in 6.1 ms: bf16 was judged on 7% where about 28%
-        applied, and went untried."""
-        d, base = self.dense_frac, self.session.baseline
+        profile's), and where it was carried from ('' where not carried). A dense kernel's time grows with the
+        batch (its FLOPs do) while a step's fixed costs (kernel launches, the optimizer) do not: with d of c0
+        seconds of compute at batch b0, about d·c0·k of the c seconds measured at k·b0. On an H200 the cnn's GPU
+        idled 91% of a batch-32 step (dense 7% of 6.5 ms of compute), and batch 128 computed in 6.1 ms: bf16 was
+        judged on 7% where about 28% applied, and went untried."""
+        d, base = self.dense_frac, self.session.ledger.baseline
         if d is None or base is None or current.settings["batch_size"] == base.settings["batch_size"]:
             return d, ""
 
@@ -392,8 +411,8 @@ class AdaptivePlanner(Planner):
         best = current
         for value in self.alternatives(name, current):
             extra_s = COMPILE_ALLOWANCE_S if name == "compile" else 0.0
-            if not self.session.affordable(extra_s=extra_s):
-                self.session.unexplored.append(f"{name}={value}: over budget")
+            if not self.session.budget.affordable(extra_s=extra_s):
+                self.session.ledger.unexplored.append(f"{name}={value}: over budget")
                 continue
             result = self.session.measure({**current.settings, name: value}, f"knob:{name}", best)
             if self._usable(result) and self.session.beats(best, result):
@@ -411,8 +430,8 @@ class AdaptivePlanner(Planner):
         ups = self._worker_ups(current)
         for v in values:
             why = f"num_workers={v}: more than the cores can feed"
-            if v > start and v not in ups and why not in self.session.unexplored:  # the ladder may be re-opened
-                self.session.unexplored.append(why)
+            if v > start and v not in ups and why not in self.session.ledger.unexplored:  # the ladder may be re-opened
+                self.session.ledger.unexplored.append(why)
         best = self._ladder("num_workers", current, ups)
         # More did not help: maybe fewer do (a baseline oversubscribing the cores). Only on the first visit: a
         # re-opened ladder follows a larger batch or faster compute, which ask more of the loader, not less (one
@@ -440,11 +459,8 @@ class AdaptivePlanner(Planner):
 
     def _ladder(self, name: str, current: ProbeResult, values: list) -> ProbeResult:
         """Walk `values` of `name` in order on top of `current`. Stops at a failure or the memory budget (recording
-        the frontier), or at the plateau: a step whose median gain over the previous step is below MIN_GAIN, if
-        it lost clearly (under DUEL_FROM) or the step before did not beat the best either; for loader workers
-        while the best probe still waits for data most of the step, two steps in a row that do not beat the best
-        (see LOADER_BOUND).
-        Returns the best probe; a later value replaces an earlier one only when it beats it beyond the noise."""
+        the frontier), or at the plateau (`_plateau`). Returns the best probe; a later value replaces an earlier
+        one only when it beats it beyond the noise."""
         s, best, previous, previous_gain, stale, dueled_stale = self.session, current, current, None, 0, 0
         steps, flat = [], None  # flat: the last rung up, while it did not beat the best
         workers = current.settings["num_workers"]  # batch rungs: raised where a rung's loading needed more
@@ -452,13 +468,7 @@ class AdaptivePlanner(Planner):
             settings = {**current.settings, name: value}
             if name == "batch_size":
                 settings["num_workers"] = workers
-            predicted = self._predicted_over_budget(settings) if name == "batch_size" else None
-            if predicted:
-                self._set_frontier(previous, value, predicted, best is previous, previous_gain)
-                self.notes.append(f"batch_size ladder stopped before batch_size={value}: {predicted}")
-                break
-            if not s.affordable(extra_s=self._ladder_extra_s(name, previous, value)):
-                s.unexplored.extend(f"{name}={v}: over budget" for v in values[i:])
+            if not self._rung_fits(name, settings, previous, values[i:], best is previous, previous_gain):
                 break
             result = s.measure(settings, f"ladder:{name}", best)
             steps.append(f"{value} ({result.status.value})")
@@ -472,45 +482,64 @@ class AdaptivePlanner(Planner):
                 result = self._fed(result, best, steps)
                 workers = result.settings["num_workers"]
             loader_bound = name == "num_workers" and (best.data_wait_frac() or 0.0) >= LOADER_BOUND
-            if self.session.beats(best, result, LOADER_DUEL_FROM if loader_bound or i == 0 else DUEL_FROM):
+            if s.beats(best, result, LOADER_DUEL_FROM if loader_bound or i == 0 else DUEL_FROM):
                 best, stale, dueled_stale = result, 0, 0
             else:
                 stale += 1
-                dueled_stale += s.dueled(best, result)
-            step_gain = s.gain(previous, result)[0]  # after beats(): from its lockstep duel when it had one
-            if name == "num_workers" and (best.data_wait_frac() or 0.0) >= LOADER_BOUND:
-                # still loader-bound: one dip is not the end, nor are screens alone (see LOADER_BOUND), nor a rung
-                # still climbing from the one before (one augment_cpu run: 1 worker 0.62x of none, 2 workers 1.25x
-                # of 1 but not beyond the noise over none in three duels in turn, and the ladder ended there, where
-                # the grid put 2 workers 1.18x over none and 3 workers 1.09x)
-                stop = step_gain < 1 + MIN_GAIN and stale >= 2 and (dueled_stale >= 1 or stale >= SCREENED_STALE)
-            else:  # a flat step ends the ladder if it lost clearly, or the rung before did not win either: one
-                # flat step can be a dip (lstm_collate's batch of 64 measured 0.96x of 32, and 128 and 256 paid)
-                stop = step_gain < 1 + MIN_GAIN and (stale >= 2 or step_gain < DUEL_FROM)
-                # ... and two can be: one lstm_collate run read 32 1.01x and 64 1.03x, stopped, and ended at 32 s
-                # of its 180 (its twin: 32 1.24x, 128 and 256 paying). While the budget could still walk the rest
-                # of the ladder, a plateau of two flat rungs earns one more.
-                rest = values[i + 1:]
-                if stop and stale == 2 and step_gain >= DUEL_FROM and rest and s.affordable(probes=2 * len(rest)):
-                    stop = False
+                dueled_stale += compare.dueled(s.ledger, best, result)
+            step_gain = compare.gain(s.ledger, previous, result)[0]  # after beats(): from its lockstep duel if any
             flat = result if best is not result and value > current.settings[name] else None
-            if stop:
+            if self._plateau(name, best, step_gain, stale, dueled_stale, values[i + 1:]):
                 where = "the throughput plateau" if value > current.settings[name] else "where fewer stopped gaining"
-                s.unexplored.extend(f"{name}={v}: past {where}" for v in values[i + 1:])
+                s.ledger.unexplored.extend(f"{name}={v}: past {where}" for v in values[i + 1:])
                 break
             if name == "num_workers" and (best.data_wait_frac() or 0.0) < MIN_DATA_WAIT:
                 break  # nothing left to wait for
             previous, previous_gain = result, step_gain
         if name == "batch_size" and flat is not None and self._loading_need(flat) is None:
             # the ladder ended on a rung up that did not pay, and what its loading needs cannot be told
-            joint, won = self._batch_with_more_workers(flat, best)
-            if joint is not None:
-                steps.append(f"{flat.settings[name]} with num_workers={joint.settings['num_workers']} "
-                              f"({joint.status.value})")
-                best = joint if won else best
+            best = self._batch_with_more_workers(flat, best, steps)
         if steps:
             self.decisions.append(f"{name} ladder: {' -> '.join(steps)}")
         return best
+
+    def _rung_fits(self, name: str, settings: dict[str, Any], previous: ProbeResult, rest: list,
+                   still_gaining: bool, previous_gain: float | None) -> bool:
+        """Whether the ladder's next rung (`settings`, `rest[0]`) is worth a probe: not where the measured peaks
+        put it over the memory budget (the frontier, then), nor past the time budget (`rest` unexplored)."""
+        value = rest[0]
+        predicted = self._predicted_over_budget(settings) if name == "batch_size" else None
+        if predicted:
+            self._set_frontier(previous, value, predicted, still_gaining, previous_gain)
+            self.notes.append(f"batch_size ladder stopped before batch_size={value}: {predicted}")
+            return False
+        if not self.session.budget.affordable(extra_s=self._ladder_extra_s(name, previous, value)):
+            self.session.ledger.unexplored.extend(f"{name}={v}: over budget" for v in rest)
+            return False
+        return True
+
+    def _plateau(self, name: str, best: ProbeResult, step_gain: float, stale: int, dueled_stale: int,
+                 rest: list) -> bool:
+        """Whether a ladder ends at this rung: a step whose median gain over the previous step (`step_gain`) is
+        below MIN_GAIN, if it lost clearly (under DUEL_FROM) or the step before did not beat the best either
+        (`stale`: rungs in a row that did not); for loader workers while the best probe still waits for data most
+        of the step, two steps in a row that do not beat the best (see LOADER_BOUND). `rest`: the rungs after it."""
+        if name == "num_workers" and (best.data_wait_frac() or 0.0) >= LOADER_BOUND:
+            # still loader-bound: one dip is not the end, nor are screens alone (see LOADER_BOUND), nor a rung
+            # still climbing from the one before (one augment_cpu run: 1 worker 0.62x of none, 2 workers 1.25x
+            # of 1 but not beyond the noise over none in three duels in turn, and the ladder ended there, where
+            # the grid put 2 workers 1.18x over none and 3 workers 1.09x)
+            return step_gain < 1 + MIN_GAIN and stale >= 2 and (dueled_stale >= 1 or stale >= SCREENED_STALE)
+        # a flat step ends the ladder if it lost clearly, or the rung before did not win either: one flat step can
+        # be a dip (lstm_collate's batch of 64 measured 0.96x of 32, and 128 and 256 paid)
+        stop = step_gain < 1 + MIN_GAIN and (stale >= 2 or step_gain < DUEL_FROM)
+        # ... and two can be: one lstm_collate run read 32 1.01x and 64 1.03x, stopped, and ended at 32 s of its
+        # 180 (its twin: 32 1.24x, 128 and 256 paying). While the budget could still walk the rest of the ladder,
+        # a plateau of two flat rungs earns one more.
+        if stop and stale == 2 and step_gain >= DUEL_FROM and rest and self.session.budget.affordable(
+                probes=2 * len(rest)):
+            return False
+        return stop
 
     def _loading_need(self, rung: ProbeResult) -> int | None:
         """The loader workers a batch rung needs to keep its compute fed (knobs.workers_the_loading_needs), from
@@ -540,7 +569,7 @@ class AdaptivePlanner(Planner):
         if not ups:
             return rung
         workers = next((v for v in ups if v >= need), ups[-1])
-        if not self.session.affordable(extra_s=self._ladder_extra_s("num_workers", rung, workers)):
+        if not self.session.budget.affordable(extra_s=self._ladder_extra_s("num_workers", rung, workers)):
             return rung
         batch, have = rung.settings["batch_size"], rung.settings["num_workers"]
         self.decisions.append(
@@ -552,19 +581,21 @@ class AdaptivePlanner(Planner):
         steps.append(f"{batch} with num_workers={workers} ({joint.status.value})")
         return joint if self._usable(joint) else rung
 
-    def _batch_with_more_workers(self, rung: ProbeResult, best: ProbeResult) -> tuple[ProbeResult | None, bool]:
+    def _batch_with_more_workers(self, rung: ProbeResult, best: ProbeResult, steps: list[str]) -> ProbeResult:
         """The batch rung that ended its ladder without paying, once more with the next worker count up, if it
         waited for data: a larger batch asks more of the loader, so a worker count that kept up at the start's
         batch may cap the larger one, and each knob alone then looks flat (hf_trainer: 1 worker kept up at batch 8;
         batch 16 and 32 read 1.0x of it at 1 worker; batch 32 with 2 workers, the grid's best, measured 1.27x).
-        Returns (that probe, whether it beats the best), or (None, False) when it is not measured."""
+        Returns the best: that probe where it beats `best`, else `best`; the ladder's `steps` gain it where measured."""
         if "num_workers" not in self.knobs or (rung.data_wait_frac() or 0.0) < MIN_DATA_WAIT:
-            return None, False
+            return best
         ups = self._worker_ups(rung)
-        if not ups or not self.session.affordable(extra_s=self._ladder_extra_s("num_workers", rung, ups[0])):
-            return None, False
-        result = self.session.measure({**rung.settings, "num_workers": ups[0]}, "ladder:batch_size", best)
-        return result, self._usable(result) and self.session.beats(best, result)
+        if not ups or not self.session.budget.affordable(extra_s=self._ladder_extra_s("num_workers", rung, ups[0])):
+            return best
+        joint = self.session.measure({**rung.settings, "num_workers": ups[0]}, "ladder:batch_size", best)
+        won = self._usable(joint) and self.session.beats(best, joint)
+        steps.append(f"{rung.settings['batch_size']} with num_workers={ups[0]} ({joint.status.value})")
+        return joint if won else best
 
     def _ladder_extra_s(self, name: str, previous: ProbeResult, value) -> float:
         """What the next loader-ladder probe likely costs beyond a typical probe: its warm-up and its step cap grow
@@ -572,7 +603,7 @@ class AdaptivePlanner(Planner):
         if name != "num_workers" or previous.wall_s <= 0:
             return 0.0
         scale = max(1.0, value / max(1, previous.settings["num_workers"]))
-        return max(0.0, previous.wall_s * scale - self.session.typical_probe_s())
+        return max(0.0, previous.wall_s * scale - self.session.budget.typical_probe_s())
 
     def bisect(self, best: ProbeResult) -> ProbeResult:
         """Narrow the gap between the largest batch that fit and the smallest that did not."""
@@ -582,8 +613,8 @@ class AdaptivePlanner(Planner):
             mid = lo + (hi - lo) // 2
             rounded = mid - mid % BISECT_RESOLUTION  # round batch sizes people would pick
             mid = rounded if rounded > lo else mid
-            if not self.session.affordable():
-                self.session.unexplored.append(f"batch_size between {lo} and {hi}: over budget")
+            if not self.session.budget.affordable():
+                self.session.ledger.unexplored.append(f"batch_size between {lo} and {hi}: over budget")
                 break
             settings = {**best.settings, "batch_size": mid}
             predicted = self._predicted_over_budget(settings)
@@ -637,7 +668,7 @@ class AdaptivePlanner(Planner):
         """Why this batch would not fit, when a straight line through the measured peaks (same settings, other batch
         sizes) puts it over the memory budget: then it is not run."""
         budget = self.ctx.memory_budget_bytes
-        predicted = self.session.extrapolated_peak(settings) if budget else None
+        predicted = pairing.extrapolated_peak(self.session.ledger.probes, settings) if budget else None
         if predicted is None or predicted <= budget:
             return None
         return (f"predicted peak memory {predicted / 2**30:.2f} GiB is over the memory budget of "

@@ -68,7 +68,7 @@ class Planner:
             return None
         key = tuple(sorted(changes.items()))
         if key not in self.loss_changed:
-            reference = self.session.seen(parity.reference_settings(result.settings))
+            reference = self.session.ledger.seen(parity.reference_settings(result.settings))
             # At the same global steps: a compiled probe warms up longer, so its measured steps start later.
             found = (parity.compare_probes(reference, result)
                      if reference is not None and reference.ok else None)
@@ -79,7 +79,7 @@ class Planner:
 
     def run(self) -> Outcome:
         base = self.session.run(self.ctx.baseline, "baseline")
-        self.session.baseline = base
+        self.session.ledger.start_from(base)
         if not base.ok:
             self.notes.append(
                 f"the baseline probe did not finish ({base.error}): nothing to compare against; give the run a "
@@ -89,7 +89,7 @@ class Planner:
         winner = self.search(base)
         if winner is base or winner.settings == base.settings:
             return self.outcome(base, base, None)
-        self.session.best = winner
+        self.session.ledger.keep_best(winner)
         winner, self.ablation = ablation.ablate(self.session, base, winner, self.notes, self.decisions)
         if winner.settings == base.settings:
             return self.outcome(base, base, None)
@@ -101,6 +101,6 @@ class Planner:
         raise NotImplementedError
 
     def outcome(self, base: ProbeResult, recommended: ProbeResult, speedup: dict[str, Any] | None) -> Outcome:
-        s = self.session
-        return Outcome(self.strategy, base, recommended, speedup, s.probes, s.unexplored, self.notes,
+        ledger = self.session.ledger
+        return Outcome(self.strategy, base, recommended, speedup, ledger.probes, ledger.unexplored, self.notes,
                        self.decisions, self.frontier, self.ablation)

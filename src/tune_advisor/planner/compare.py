@@ -1,8 +1,9 @@
 """Comparing settings under noise: the gain of one over another, when a gain counts, and what it rests on.
 
-`Comparisons` is part of the probe session (planner/session.py `Session` inherits it) and reads the probes and
-duels the session recorded; the functions after it are plain statistics over probes. Why the bounds are where
-they are: docs/planner.md, "Deciding under noise".
+Functions of the probe ledger (planner/ledger.py: the probes, duels and lockstep wins of a plan) that write nothing
+back; the ones after them are plain statistics over probes. The bounds below are the keep rule's, which
+`Session.beats` applies while it measures again. Why they are where they are: docs/planner.md, "Deciding under
+noise".
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from ..analysis import stats
 from ..probe.lockstep import turn_sums, turns_of
 from ..probe.result import ProbeResult
 from .keep import MIN_GAIN
+
+Gain = tuple[float, float, float]  # (median, ci_low, ci_high) of a throughput ratio
 
 # Separate probes seconds apart can run in different speed states of a shared machine, so their ratio alone does
 # not decide a change between these bounds: a probe pair measured in lockstep (Session.duel) does. Below DUEL_FROM
@@ -53,187 +56,155 @@ MIN_ROUNDS_IN_TURN = 2
 MIN_DUELS_UNDECIDED = 2
 
 
-class Comparisons:
-    """The noise-aware comparison of two probes' settings. Uses its host's (the Session's) `runs`, `samples`,
-    `common_kind`, `duel`, `affordable`, `is_baseline`, `typical_probe_s`, `_duels`, `_by_settings` and
-    `_lockstep_wins`."""
-
-    def gain(self, reference: ProbeResult, candidate: ProbeResult) -> tuple[float, float, float]:
-        """Throughput ratio candidate/reference: (median, ci_low, ci_high); NaNs when either failed. From their
-        lockstep duels when they had one (each step beside its partner); else from MIN_ROUNDS_IN_TURN or more
-        duels in turn, over the rounds' ratios (as a confirmation in turn is judged); else, with MIN_RUNS runs or
-        more of each, over the runs (each run's throughput one sample); else over their pooled steps."""
-        if not (reference.ok and candidate.ok):
-            return float("nan"), float("nan"), float("nan")
-        duels = self._lockstep(reference, candidate)
-        if duels:
-            return pair_ratio(duels, waves=(reference.wave, candidate.wave))
-        rounds = self._in_turn(reference, candidate)
-        if len(rounds) >= MIN_ROUNDS_IN_TURN:
-            return stats.rounds_ratio_interval([window_rate(b) / window_rate(a) for a, b in rounds])
-        paired = self.common_kind(reference.settings, candidate.settings)
-        if paired is None:
-            return float("nan"), float("nan"), float("nan")
-        runs = [[window_rate(p) for p in self.runs(side.settings, paired)] for side in (reference, candidate)]
-        if min(map(len, runs)) >= MIN_RUNS:  # enough separate runs to see how reproducible each side is
-            return stats.runs_ratio_ci(*runs)
-        return stats.ratio_ci(*self.samples(reference.settings, paired), *self.samples(candidate.settings, paired),
-                              seed=0, waves=(reference.wave, candidate.wave))
-
-    def dueled(self, reference: ProbeResult, candidate: ProbeResult) -> bool:
-        """Whether the two were measured again together, both sides to the end (a pair whose one side failed
-        compared nothing)."""
-        ref, cand = settings_key(reference.settings), settings_key(candidate.settings)
-        return any(a.ok and b.ok for a, b in self._duels.get((ref, cand), []) + self._duels.get((cand, ref), []))
-
-    def beats(self, reference: ProbeResult, candidate: ProbeResult, duel_from: float = DUEL_FROM,
-              second_look: bool = False) -> bool:
-        """A gain larger than the noise: at least MIN_GAIN, and the ratio's 95% CI excludes 1.
-
-        Separate probes decide only the clear cases (a ratio under `duel_from`, or from CLEAR_GAIN). Between
-        them both are measured again in a duel, together in lockstep where they can be; a comparison whose CI
-        cannot yet tell a loss from a gain has at least MIN_DUELS_UNDECIDED, and a gain still promising but
-        inconclusive after them (loader-bound probes are bursty) earns another, up to MAX_DUELS, while the budget
-        allows (a gain over the baseline up to MAX_DUELS_AMPLE while the budget is ample, and so does a
-        `second_look`: the plan's last open comparison, planner/adaptive.py). Without the budget for one, the
-        evidence so far decides."""
-        median, low, high = self.gain(reference, candidate)
-        unknown = median != median  # failed, or no measures of one kind (alone / paired) on both sides
-        if (unknown and not (reference.ok and candidate.ok)) or median < duel_from or (
-                median >= CLEAR_GAIN and low >= 1 + MIN_GAIN):
-            return self._won(reference, candidate)
-        key = (settings_key(reference.settings), settings_key(candidate.settings))
-        while (asked := len(self._duels.get(key, []))) < MAX_DUELS_AMPLE:
-            dueled = self.dueled(reference, candidate)
-            untold = _untold(low, high) and (asked < MIN_DUELS_UNDECIDED or second_look)
-            if dueled and not (_promising(median, low) or untold):
-                break  # decided
-            if asked >= MAX_DUELS and not (second_look or self.is_baseline(reference)):
-                break  # duels past MAX_DUELS are for gains over the baseline, or a plan's second look, only
-            again_s = max(0.0, plain_wall(reference) + plain_wall(candidate) - 2 * self.typical_probe_s())
-            # past MAX_DUELS: in the budget's first half only, but for a second look (nothing else is left to spend
-            # the budget on but the confirmation, whose reserve `affordable` keeps)
-            within = 1.0 if asked < MAX_DUELS or second_look else 0.5
-            if not self.affordable(2, extra_s=again_s, within=within):
-                break
-            a, b = self.duel(reference, candidate, first=sum(map(len, self._duels.values())) % 2)  # alternate
-            if not (a.ok and b.ok):
-                break
-            median, low, high = self.gain(reference, candidate)
-        return self._won(reference, candidate)
-
-    def open_gains(self, reference: ProbeResult) -> list[ProbeResult]:
-        """The settings dueled as candidates against `reference` whose gain over it is still open, with fewer than
-        MAX_DUELS_AMPLE duels so far: promising (at least MIN_GAIN at the median) with a CI that reaches 1, or a
-        CI that reaches from below 1 past MIN_GAIN at a median from DUEL_FROM (one augment_cpu run read 2 loader
-        workers over none at 0.97x, 1.29x and 0.94x in three rounds in turn, kept nothing and ended at 28 s of its
-        180; the grid put 2 workers 1.2-1.4x over none). Highest median first; each as its first probe of those
-        settings."""
-        ref = settings_key(reference.settings)
-        found = []
-        for (a, b), pairs in self._duels.items():
-            if a != ref or b == ref or len(pairs) >= MAX_DUELS_AMPLE:
-                continue
-            candidate = self._by_settings.get(b)
-            if candidate is None or not candidate.ok:
-                continue
-            median, low, high = self.gain(reference, candidate)
-            if _promising(median, low) or (median >= DUEL_FROM and _untold(low, high)):
-                found.append((median, candidate))
-        return [c for _, c in sorted(found, key=lambda mc: -mc[0])]
-
-    def _won(self, reference: ProbeResult, candidate: ProbeResult) -> bool:
-        """Whether the evidence so far shows a gain beyond the noise; a gain shown in lockstep is remembered as
-        a link for chained_gain. (Not a clear gain of separate probes: each carries its moment of the machine,
-        and a product of such ratios compounds them; docs/planner.md has an example.)"""
-        gain = median, low, _ = self.gain(reference, candidate)
-        won = median >= 1 + MIN_GAIN and low > 1.0
-        if won and self._lockstep(reference, candidate):
-            self._lockstep_wins[settings_key(candidate.settings)] = (settings_key(reference.settings), gain)
-        return won
-
-    def note_keep(self, reference: ProbeResult, candidate: ProbeResult, chained: bool = False) -> None:
-        """Remember, for each knob `candidate` changed, the gain on which the search kept it over `reference`: an
-        ablation with no time left and no probe without the knob quotes it (planner/ablation.py), so that the
-        rules state the figure the recommendation rests on, not one of their own from separate probes."""
-        gain = self.chained_gain(reference, candidate) if chained else self.gain(reference, candidate)
-        change = knobs.describe(candidate.settings, reference.settings)
-        for name, value in candidate.settings.items():
-            if reference.settings.get(name) != value:
-                self.keeps[name] = {"value": value, "gain": gain, "change": change, "beside": reference.settings,
-                                    "settings": candidate.settings, "probes": [reference.id, candidate.id]}
-
-    def chained_gain(self, reference: ProbeResult, candidate: ProbeResult) -> tuple[float, float, float] | None:
-        """The gain candidate/reference over a chain of lockstep wins, reference -> ... -> candidate (a ladder's
-        rungs, each kept in a lockstep duel), or None without one: the ratios multiply, and the
-        half-widths of their log CIs add in quadrature (the duels are independent measurements). It spares
-        the ladder's start and end a duel of their own."""
-        links, key, start = [], settings_key(candidate.settings), settings_key(reference.settings)
-        while key != start:
-            if key not in self._lockstep_wins or len(links) >= len(self._lockstep_wins):
-                return None
-            key, gain = self._lockstep_wins[key]
-            links.append(gain)
-        if len(links) < 2:
-            return None  # one link is the direct comparison
-        logs = np.log(np.array(links))  # rows: (median, low, high)
-        half = np.sqrt(np.sum(((logs[:, 2] - logs[:, 1]) / 2) ** 2))
-        centre = logs[:, 0].sum()
-        return float(np.exp(centre)), float(np.exp(centre - half)), float(np.exp(centre + half))
-
-    def duel_count(self, reference: ProbeResult, candidate: ProbeResult) -> int:
-        """How often these two settings were measured again together, whichever side each was run as."""
-        return len(self._duel_pairs(reference, candidate))
-
-    def _lockstep(self, reference: ProbeResult, candidate: ProbeResult) -> list | None:
-        """The lockstep duels of these two as (reference, candidate) pairs, whichever side each was run as, if
-        every one of them ran in lockstep."""
-        duels = self._duel_pairs(reference, candidate)
-        return duels if duels and all("lockstep" in r.extra for pair in duels for r in pair) else None
-
-    def _duel_pairs(self, reference: ProbeResult, candidate: ProbeResult) -> list[tuple[ProbeResult, ProbeResult]]:
-        """Every duel of these two settings as (reference, candidate) pairs, whichever side each was run as."""
-        ref, cand = settings_key(reference.settings), settings_key(candidate.settings)
-        return self._duels.get((ref, cand), []) + [(b, a) for a, b in self._duels.get((cand, ref), [])]
-
-    def _in_turn(self, reference: ProbeResult, candidate: ProbeResult) -> list[tuple[ProbeResult, ProbeResult]]:
-        """The duels of these two run one after the other (not in lockstep), both sides measured, as (reference,
-        candidate) pairs."""
-        return [(a, b) for a, b in self._duel_pairs(reference, candidate)
-                if all(r.ok and r.measured and "lockstep" not in r.extra for r in (a, b))]
-
-    def describe_gain(self, reference: ProbeResult, candidate: ProbeResult, chained: bool = False) -> str:
-        """The gain with its CI and where it comes from (`chained`: over the chain of lockstep wins)."""
-        median, low, high = self.chained_gain(reference, candidate) if chained else self.gain(reference, candidate)
-        if median != median:
-            return f"{candidate.status.value}"
-        duels = self._lockstep(reference, candidate)
-        if chained:
-            how = "over its chain of ladder wins in lockstep"
-        elif duels:
-            how = f"in lockstep, {' & '.join(f'{a.id}/{b.id}' for a, b in duels)}"
-        elif len(rounds := self._in_turn(reference, candidate)) >= MIN_ROUNDS_IN_TURN:
-            how = f"over {len(rounds)} rounds in turn, {' & '.join(f'{a.id}/{b.id}' for a, b in rounds)}"
-        else:
-            how = f"over {reference.id}"
-        return f"{median:.2f}x [{low:.2f}, {high:.2f}] {how}"
-
-    def lockstep_drift(self) -> tuple[float, int]:
-        """(log sd, degrees of freedom) of the round-to-round spread of lockstep ratios, pooled over every pair of
-        settings compared in lockstep more than once (duels, confirmation rounds)."""
-        groups = []
-        for pairs in self._duels.values():
-            done = [(a, b) for a, b in pairs if a.ok and b.ok and "lockstep" in a.extra and "lockstep" in b.extra]
-            groups.append([window_rate(b) / window_rate(a) for a, b in done])
-        return stats.pooled_log_sd(groups)
+def gain(ledger, reference: ProbeResult, candidate: ProbeResult) -> Gain:
+    """Throughput ratio candidate/reference: (median, ci_low, ci_high); NaNs when either failed. From their
+    lockstep duels when they had one (each step beside its partner); else from MIN_ROUNDS_IN_TURN or more
+    duels in turn, over the rounds' ratios (as a confirmation in turn is judged); else, with MIN_RUNS runs or
+    more of each, over the runs (each run's throughput one sample); else over their pooled steps."""
+    if not (reference.ok and candidate.ok):
+        return float("nan"), float("nan"), float("nan")
+    duels = lockstep(ledger, reference, candidate)
+    if duels:
+        return pair_ratio(duels, waves=(reference.wave, candidate.wave))
+    rounds = in_turn(ledger, reference, candidate)
+    if len(rounds) >= MIN_ROUNDS_IN_TURN:
+        return stats.rounds_ratio_interval([window_rate(b) / window_rate(a) for a, b in rounds])
+    paired = common_kind(ledger, reference.settings, candidate.settings)
+    if paired is None:
+        return float("nan"), float("nan"), float("nan")
+    runs = [[window_rate(p) for p in ledger.runs(side.settings, paired)] for side in (reference, candidate)]
+    if min(map(len, runs)) >= MIN_RUNS:  # enough separate runs to see how reproducible each side is
+        return stats.runs_ratio_ci(*runs)
+    return stats.ratio_ci(*ledger.samples(reference.settings, paired), *ledger.samples(candidate.settings, paired),
+                          seed=0, waves=(reference.wave, candidate.wave))
 
 
-def _promising(median: float, low: float) -> bool:
+def clears(gain: Gain) -> bool:
+    """The keep rule: a gain of at least MIN_GAIN whose 95% CI excludes 1."""
+    median, low, _ = gain
+    return median >= 1 + MIN_GAIN and low > 1.0
+
+
+def dueled(ledger, reference: ProbeResult, candidate: ProbeResult) -> bool:
+    """Whether the two were measured again together, both sides to the end (a pair whose one side failed
+    compared nothing)."""
+    return any(a.ok and b.ok for a, b in duels_of(ledger, reference, candidate))
+
+
+def open_gains(ledger, reference: ProbeResult) -> list[ProbeResult]:
+    """The settings dueled as candidates against `reference` whose gain over it is still open, with fewer than
+    MAX_DUELS_AMPLE duels so far: promising (at least MIN_GAIN at the median) with a CI that reaches 1, or a
+    CI that reaches from below 1 past MIN_GAIN at a median from DUEL_FROM (one augment_cpu run read 2 loader
+    workers over none at 0.97x, 1.29x and 0.94x in three rounds in turn, kept nothing and ended at 28 s of its
+    180; the grid put 2 workers 1.2-1.4x over none). Highest median first; each as its first probe of those
+    settings."""
+    ref = settings_key(reference.settings)
+    found = []
+    for (a, b), pairs in ledger.duels.items():
+        if a != ref or b == ref or len(pairs) >= MAX_DUELS_AMPLE:
+            continue
+        candidate = ledger.seen(dict(b))
+        if candidate is None or not candidate.ok:
+            continue
+        median, low, high = gain(ledger, reference, candidate)
+        if promising(median, low) or (median >= DUEL_FROM and untold(low, high)):
+            found.append((median, candidate))
+    return [c for _, c in sorted(found, key=lambda mc: -mc[0])]
+
+
+def chained_gain(ledger, reference: ProbeResult, candidate: ProbeResult) -> Gain | None:
+    """The gain candidate/reference over a chain of lockstep wins (`ledger.wins`), reference -> ... -> candidate (a
+    ladder's rungs, each kept in a lockstep duel), or None without one: the ratios multiply, and the half-widths
+    of their log CIs add in quadrature (the duels are independent measurements). It spares the ladder's start and
+    end a duel of their own."""
+    wins = ledger.wins
+    links, key, start = [], settings_key(candidate.settings), settings_key(reference.settings)
+    while key != start:
+        if key not in wins or len(links) >= len(wins):
+            return None
+        key, link = wins[key]
+        links.append(link)
+    if len(links) < 2:
+        return None  # one link is the direct comparison
+    logs = np.log(np.array(links))  # rows: (median, low, high)
+    half = np.sqrt(np.sum(((logs[:, 2] - logs[:, 1]) / 2) ** 2))
+    centre = logs[:, 0].sum()
+    return float(np.exp(centre)), float(np.exp(centre - half)), float(np.exp(centre + half))
+
+
+def duel_count(ledger, reference: ProbeResult, candidate: ProbeResult) -> int:
+    """How often these two settings were measured again together, whichever side each was run as."""
+    return len(duels_of(ledger, reference, candidate))
+
+
+def asked(ledger, reference: ProbeResult, candidate: ProbeResult) -> int:
+    """How often `candidate` was measured again beside `reference` as the reference side."""
+    return len(ledger.duels.get((settings_key(reference.settings), settings_key(candidate.settings)), []))
+
+
+def lockstep(ledger, reference: ProbeResult, candidate: ProbeResult) -> list | None:
+    """The lockstep duels of these two as (reference, candidate) pairs, whichever side each was run as, if
+    every one of them ran in lockstep."""
+    duels = duels_of(ledger, reference, candidate)
+    return duels if duels and all("lockstep" in r.extra for pair in duels for r in pair) else None
+
+
+def duels_of(ledger, reference: ProbeResult, candidate: ProbeResult) -> list[tuple[ProbeResult, ProbeResult]]:
+    """Every duel of these two settings as (reference, candidate) pairs, whichever side each was run as."""
+    ref, cand = settings_key(reference.settings), settings_key(candidate.settings)
+    return ledger.duels.get((ref, cand), []) + [(b, a) for a, b in ledger.duels.get((cand, ref), [])]
+
+
+def in_turn(ledger, reference: ProbeResult, candidate: ProbeResult) -> list[tuple[ProbeResult, ProbeResult]]:
+    """The duels of these two run one after the other (not in lockstep), both sides measured, as (reference,
+    candidate) pairs."""
+    return [(a, b) for a, b in duels_of(ledger, reference, candidate)
+            if all(r.ok and r.measured and "lockstep" not in r.extra for r in (a, b))]
+
+
+def common_kind(ledger, *settings: dict[str, Any]) -> bool | None:
+    """The kind of measure (paired: True, alone: False) that every one of `settings` has; alone where both
+    kinds do; None where none is common."""
+    for paired in (False, True):
+        if all(ledger.runs(s, paired) for s in settings):
+            return paired
+    return None
+
+
+def describe_gain(ledger, reference: ProbeResult, candidate: ProbeResult, chained: bool = False) -> str:
+    """The gain with its CI and where it comes from (`chained`: over the chain of lockstep wins)."""
+    median, low, high = (chained_gain(ledger, reference, candidate) if chained
+                         else gain(ledger, reference, candidate))
+    if median != median:
+        return f"{candidate.status.value}"
+    duels = lockstep(ledger, reference, candidate)
+    if chained:
+        how = "over its chain of ladder wins in lockstep"
+    elif duels:
+        how = f"in lockstep, {' & '.join(f'{a.id}/{b.id}' for a, b in duels)}"
+    elif len(rounds := in_turn(ledger, reference, candidate)) >= MIN_ROUNDS_IN_TURN:
+        how = f"over {len(rounds)} rounds in turn, {' & '.join(f'{a.id}/{b.id}' for a, b in rounds)}"
+    else:
+        how = f"over {reference.id}"
+    return f"{median:.2f}x [{low:.2f}, {high:.2f}] {how}"
+
+
+def lockstep_drift(ledger) -> tuple[float, int]:
+    """(log sd, degrees of freedom) of the round-to-round spread of lockstep ratios, pooled over every pair of
+    settings compared in lockstep more than once (duels, confirmation rounds)."""
+    groups = []
+    for pairs in ledger.duels.values():
+        done = [(a, b) for a, b in pairs if a.ok and b.ok and "lockstep" in a.extra and "lockstep" in b.extra]
+        groups.append([window_rate(b) / window_rate(a) for a, b in done])
+    return stats.pooled_log_sd(groups)
+
+
+def promising(median: float, low: float) -> bool:
     """Whether a gain is worth keeping at its median (MIN_GAIN) but not yet beyond the noise (its CI reaches 1)."""
     return median >= 1 + MIN_GAIN and low <= 1.0
 
 
-def _untold(low: float, high: float) -> bool:
+def untold(low: float, high: float) -> bool:
     """Whether a gain's CI cannot yet tell a loss from a gain worth keeping: it reaches below 1 and past MIN_GAIN."""
     return low < 1.0 and high > 1 + MIN_GAIN
 

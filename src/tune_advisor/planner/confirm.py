@@ -1,5 +1,6 @@
 """The confirmation: baseline and winner measured again, together, for the speedup the report states, and
-each alone, for the figures it prints. `session` is the planner's Session (planner/session.py)."""
+each alone, for the figures it prints. `session` is the planner's Session (planner/session.py): it runs the probes,
+its ledger holds them, its budget says what still fits."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from .. import knobs
 from ..analysis import stats
 from ..probe.result import ProbeResult, Status
 from . import figures
-from .compare import DUEL_MAX_S, pair_ratio, plain_wall, window_rate
+from .compare import DUEL_MAX_S, lockstep_drift, pair_ratio, plain_wall, window_rate
 from .keep import MIN_GAIN
 
 # Baseline and winner measured together in lockstep, three rounds (the first mover alternates): the speedup's CI
@@ -114,10 +115,42 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
     centres where the rounds split by who went first: `first_mover_split`), so it covers the drift between rounds.
     The winner stays recommended only if that CI shows a gain beyond the noise too. A round that fails (the budget
     ran out in it, say) leaves the rounds before it to decide, with a note.
+
+    `session` is the planner's Session (planner/session.py).
     """
-    rounds = []
-    started = session.elapsed()
-    turn, timed = _kind(session, base, winner)
+    rounds, timed = _rounds(session, base, winner)
+    failed = min((r for pair in rounds for r in pair if not r.ok), default=None, key=lambda r: r.stopped_by_partner)
+    finished = _finished(rounds)
+    if failed is not None:
+        keeps = (f"the speedup comes from the {len(finished)} round{'s' if len(finished) != 1 else ''} that "
+                 "finished" if finished else "keeping the baseline")
+        # A probe the budget (or its partner's end) cut short did not fail (Status.STOPPED): say so, as the report's
+        # "Stopped before a whole window" list does.
+        what = (f"did not finish ({failed.error})" if failed.status is Status.STOPPED
+                else f"failed ({failed.status.value}: {failed.error})")
+        notes.append(f"confirmation probe {failed.id} {what}; {keeps}")
+        if not finished:
+            return base, None
+    speedup = _speedup(session, rounds, base, winner, timed, notes)
+    differs = compile_disagreement(session.ledger.probes, [b for _, b in rounds], winner.settings)
+    if differs:
+        notes.append(differs)
+    speedup["probes"] += _alone(session, base, winner)
+    median, low, high = (speedup[k] for k in ("median", "ci_low", "ci_high"))
+    if not (median >= 1 + MIN_GAIN and low > 1.0):
+        notes.append(f"the confirmation measured {median:.2f}x [{low:.2f}, {high:.2f}] for "
+                     f"{knobs.describe(winner.settings, base.settings)}: within noise, so the baseline "
+                     "stays recommended")
+        return base, None
+    return winner, speedup
+
+
+def _rounds(session, base: ProbeResult, winner: ProbeResult) -> tuple[list[tuple[ProbeResult, ProbeResult]], bool]:
+    """The confirmation's rounds, as many as `confirm`'s rules ask and the budget allows, and whether they ran in
+    timed turns."""
+    rounds: list[tuple[ProbeResult, ProbeResult]] = []
+    started = session.budget.elapsed()
+    turn, timed = _kind(session.pairs(base, winner), base, winner)
     least = CONFIRM_MIN_ROUNDS_IN_TURN if turn else CONFIRM_MIN_ROUNDS
     for i in range(CONFIRM_MAX_ROUNDS_IN_TURN):
         if i >= CONFIRM_MAX_ROUNDS and not timed and all("lockstep" in r.extra for pair in rounds for r in pair) and (
@@ -134,18 +167,14 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
         rounds.append((a, b))
         if not (a.ok and b.ok):
             break
-    failed = min((r for pair in rounds for r in pair if not r.ok), default=None, key=lambda r: r.stopped_by_partner)
+    return rounds, timed
+
+
+def _speedup(session, rounds: list[tuple[ProbeResult, ProbeResult]], base: ProbeResult, winner: ProbeResult,
+             timed: bool, notes: list[str]) -> dict[str, Any]:
+    """The speedup the finished ones of `rounds` measure (`speedup_interval`), with how it was measured; a note
+    where the rounds split by who went first."""
     finished = _finished(rounds)
-    if failed is not None:
-        keeps = (f"the speedup comes from the {len(finished)} round{'s' if len(finished) != 1 else ''} that "
-                 "finished" if finished else "keeping the baseline")
-        # A probe the budget (or its partner's end) cut short did not fail (Status.STOPPED): say so, as the report's
-        # "Stopped before a whole window" list does.
-        what = (f"did not finish ({failed.error})" if failed.status is Status.STOPPED
-                else f"failed ({failed.status.value}: {failed.error})")
-        notes.append(f"confirmation probe {failed.id} {what}; {keeps}")
-        if not finished:
-            return base, None
     lockstep = all("lockstep" in r.extra for pair in finished for r in pair)
     median, low, high = speedup_interval(session, rounds, base, winner, timed)
     how = ("measured one after the other, in alternating order" if not lockstep
@@ -167,28 +196,25 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
         notes.append(f"the confirmation's rounds split by who went first: {rec_first:.2f}x in the {n_rec} where the "
                      f"recommendation went first, {base_first:.2f}x in the {n_base} where the baseline did, none "
                      "overlapping; the speedup's interval is widened to hold both")
-    speedup = {"median": median, "ci_low": low, "ci_high": high,
-               "method": f"baseline and recommended {how}, {rounds_text}", "interval": interval,
-               "later": figures.later(median, low, high, session.session_drift),
-               "probes": [r.id for pair in rounds for r in pair]}
-    differs = compile_disagreement(session.probes, [b for _, b in rounds], winner.settings)
-    if differs:
-        notes.append(differs)
+    return {"median": median, "ci_low": low, "ci_high": high,
+            "method": f"baseline and recommended {how}, {rounds_text}", "interval": interval,
+            "later": figures.later(median, low, high, session.session_drift),
+            "probes": [r.id for pair in rounds for r in pair]}
+
+
+def _alone(session, base: ProbeResult, winner: ProbeResult) -> list[str]:
+    """Each of the two once more alone (CONFIRM_ALONE times) where the budget holds its run; their probe ids."""
+    ids = []
+    budget = session.budget
     for settings, role in ((winner.settings, "confirm:alone:recommended"), (base.settings, "confirm:alone:baseline")):
         for _ in range(CONFIRM_ALONE):
-            left = session.time_left(role)
+            left = budget.time_left(role)
             needed = plain_wall(winner if settings == winner.settings else base)
             if left is not None and left < needed:
                 break
-            fresh = CONFIRM_FRESH_PARENTS and (left is None or left >= needed + session.fresh_parent_s)
-            alone = session.run(settings, role, reuse=False, fresh=fresh)
-            speedup["probes"].append(alone.id)
-    if not (median >= 1 + MIN_GAIN and low > 1.0):
-        notes.append(f"the confirmation measured {median:.2f}x [{low:.2f}, {high:.2f}] for "
-                     f"{knobs.describe(winner.settings, base.settings)}: within noise, so the baseline "
-                     "stays recommended")
-        return base, None
-    return winner, speedup
+            fresh = CONFIRM_FRESH_PARENTS and (left is None or left >= needed + budget.fresh_parent_s)
+            ids.append(session.run(settings, role, reuse=False, fresh=fresh).id)
+    return ids
 
 
 def first_mover_split(ratios: list[float | None]) -> tuple[tuple[float, int], tuple[float, int]] | None:
@@ -212,33 +238,33 @@ def step_ratio(a: ProbeResult, b: ProbeResult) -> float:
     return max(times) / min(times)
 
 
-def reserve_s(session, base: ProbeResult, best: ProbeResult) -> float:
+def reserve_s(paired: bool, fresh_parent_s: float, base: ProbeResult, best: ProbeResult) -> float:
     """What confirming `best` against `base` takes at least: its least rounds (in turn: CONFIRM_MIN_ROUNDS_IN_TURN,
-    each side's window capped) and the runs alone, predicted from the two probes' own wall times."""
-    turn, _ = _kind(session, base, best)
+    each side's window capped) and the runs alone, predicted from the two probes' own wall times. `paired`: whether
+    the two run in lockstep (`pairing.pairs`); `fresh_parent_s`: the backend's."""
+    turn, _ = _kind(paired, base, best)
     least = CONFIRM_MIN_ROUNDS_IN_TURN if turn else CONFIRM_MIN_ROUNDS
-    return least * _round_s(session, base, best, turn) + _alone_s(session, base, best)
+    return least * _round_s(fresh_parent_s, base, best, turn) + _alone_s(fresh_parent_s, base, best)
 
 
-def _kind(session, base: ProbeResult, winner: ProbeResult) -> tuple[bool, bool]:
-    """(in turn, timed turns): whether the rounds run one after the other (a different loader, a backend that cannot
-    pair, too little memory for both: see `Session.pairs`), and whether, in lockstep, each side takes turns of
-    CONFIRM_TURN_S (steps over LOCKSTEP_MAX_STEP_RATIO apart)."""
-    pairs = session.pairs(base, winner)
-    return not pairs, pairs and step_ratio(base, winner) > LOCKSTEP_MAX_STEP_RATIO
+def _kind(paired: bool, base: ProbeResult, winner: ProbeResult) -> tuple[bool, bool]:
+    """(in turn, timed turns): whether the rounds run one after the other (not `paired`: a different loader, a
+    backend that cannot pair, too little memory for both: see `pairing.pairs`), and whether, in lockstep, each side
+    takes turns of CONFIRM_TURN_S (steps over LOCKSTEP_MAX_STEP_RATIO apart)."""
+    return not paired, paired and step_ratio(base, winner) > LOCKSTEP_MAX_STEP_RATIO
 
 
-def _alone_s(session, base: ProbeResult, winner: ProbeResult, fresh: bool = False) -> float:
+def _alone_s(fresh_parent_s: float, base: ProbeResult, winner: ProbeResult, fresh: bool = False) -> float:
     """The runs alone after the rounds (CONFIRM_ALONE of each; `fresh`: each from a new zygote)."""
-    return CONFIRM_ALONE * (plain_wall(base) + plain_wall(winner) + 2 * session.fresh_parent_s * fresh)
+    return CONFIRM_ALONE * (plain_wall(base) + plain_wall(winner) + 2 * fresh_parent_s * fresh)
 
 
-def _round_s(session, base: ProbeResult, winner: ProbeResult, turn: bool, fresh: bool = False) -> float:
+def _round_s(fresh_parent_s: float, base: ProbeResult, winner: ProbeResult, turn: bool, fresh: bool = False) -> float:
     """One round's wall time: both probes' (lockstep sides overlap, so this is generous there), with their new
     zygotes' start where `fresh` (a lockstep pair's two start together); in turn, with each window cut to
     CONFIRM_TURN_WINDOW_S."""
     cut = [max(0.0, sum(p.step_s) - CONFIRM_TURN_WINDOW_S) if turn else 0.0 for p in (base, winner)]
-    return plain_wall(base) + plain_wall(winner) - sum(cut) + (2 if turn else 1) * session.fresh_parent_s * fresh
+    return plain_wall(base) + plain_wall(winner) - sum(cut) + (2 if turn else 1) * fresh_parent_s * fresh
 
 
 def speedup_interval(session, rounds: list[tuple[ProbeResult, ProbeResult]], base: ProbeResult,
@@ -270,11 +296,11 @@ def _split(rounds: list[tuple[ProbeResult, ProbeResult]]) -> tuple[tuple[float, 
 
 
 def _pooled_spread(session, rounds: list[tuple[ProbeResult, ProbeResult]], timed: bool) -> tuple[float, int] | None:
-    """The run's pooled round-to-round spread (`Session.lockstep_drift`) where `rounds` are step-by-step lockstep
+    """The run's pooled round-to-round spread (`compare.lockstep_drift`) where `rounds` are step-by-step lockstep
     pairs, else None: pairs in timed turns spread as fresh processes do (see CONFIRM_MAX_ROUNDS_IN_TURN), and rounds
     in turn share no moments, so their CI rests on their own rounds."""
     lockstep = all("lockstep" in r.extra for pair in rounds for r in pair)
-    return session.lockstep_drift() if lockstep and not timed else None
+    return lockstep_drift(session.ledger) if lockstep and not timed else None
 
 
 def _precise(session, rounds: list[tuple[ProbeResult, ProbeResult]], base: ProbeResult, winner: ProbeResult,
@@ -290,7 +316,8 @@ def _precise(session, rounds: list[tuple[ProbeResult, ProbeResult]], base: Probe
 def _spanned(session, started: float) -> bool:
     """Whether the rounds since `started` (the session's clock) span CONFIRM_SPAN_SHARE of the budget; without a
     budget, the precision alone decides."""
-    return session.budget_s is None or session.elapsed() - started >= CONFIRM_SPAN_SHARE * session.budget_s
+    budget = session.budget
+    return budget.limit_s is None or budget.elapsed() - started >= CONFIRM_SPAN_SHARE * budget.limit_s
 
 
 def _affords_round(session, base: ProbeResult, winner: ProbeResult, turn: bool, grace: bool = True,
@@ -298,10 +325,12 @@ def _affords_round(session, base: ProbeResult, winner: ProbeResult, turn: bool, 
     """Whether one more round and the runs alone after it fit before the confirmation's deadline; `grace` False:
     before --budget itself (rounds that only spread a precise confirmation over time never use the grace); `fresh`:
     with every probe's new zygote started."""
-    left = session.time_left("confirm:baseline")
+    budget = session.budget
+    left = budget.time_left("confirm:baseline")
     if left is not None and not grace:
-        left -= session.budget_s * CONFIRM_GRACE
-    needed = _round_s(session, base, winner, turn, fresh) + _alone_s(session, base, winner, fresh)
+        left -= budget.limit_s * CONFIRM_GRACE
+    parent_s = budget.fresh_parent_s
+    needed = _round_s(parent_s, base, winner, turn, fresh) + _alone_s(parent_s, base, winner, fresh)
     return left is None or left >= needed
 
 

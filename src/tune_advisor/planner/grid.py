@@ -9,6 +9,7 @@ from typing import Any
 
 from .. import knobs
 from ..probe.result import ProbeResult
+from . import compare
 from .base import PlanContext, Planner
 
 
@@ -47,16 +48,16 @@ class GridPlanner(Planner):
             if reason:
                 s.skip(settings, "grid", reason)
                 continue
-            if not s.affordable():
-                s.unexplored.extend(f"{knobs.describe(g, ctx.baseline)}: over budget" for g in grid[i:]
-                                    if not not_applicable(ctx, g))
+            if not s.budget.affordable():
+                s.ledger.unexplored.extend(f"{knobs.describe(g, ctx.baseline)}: over budget" for g in grid[i:]
+                                           if not not_applicable(ctx, g))
                 break
             s.run(settings, "grid")
         # Settings whose numeric knobs changed the loss are not candidates, however fast (notes say which).
-        eligible = [p for p in s.probes if p.ok and not self.changes_loss(p)]
+        eligible = [p for p in s.ledger.probes if p.ok and not self.changes_loss(p)]
         winner = max(eligible or [base], key=lambda p: p.throughput_median)
         self.decisions.append(f"fastest: {knobs.describe(winner.settings, ctx.baseline)} "
-                              f"({s.describe_gain(base, winner)})")
+                              f"({compare.describe_gain(s.ledger, base, winner)})")
         return winner
 
     def fan_out(self, grid: list[dict[str, Any]]) -> None:
@@ -67,10 +68,10 @@ class GridPlanner(Planner):
             reason = not_applicable(ctx, settings)
             if reason:
                 s.skip(settings, "grid", reason)
-            elif s.seen(settings) is None:
+            elif s.ledger.seen(settings) is None:
                 todo.append(settings)
         fits = len(todo)
-        while fits and not s.affordable(math.ceil(fits / max(1, s.backend.width))):
+        while fits and not s.budget.affordable(math.ceil(fits / max(1, s.backend.width))):
             fits -= 1
-        s.unexplored.extend(f"{knobs.describe(g, ctx.baseline)}: over budget" for g in todo[fits:])
+        s.ledger.unexplored.extend(f"{knobs.describe(g, ctx.baseline)}: over budget" for g in todo[fits:])
         s.run_many(todo[:fits], "grid")

@@ -1,0 +1,148 @@
+"""The wall-time budget: every rule on how long something may take, from the CLI's --budget to one probe's limits.
+
+An analysis's budget covers everything the user waits for: inspecting the workload (`inspection_limit`), measuring
+the machine's peaks (`calibration_limit`), the plan, and the rules and reports written after the last probe
+(`planning_limit` keeps FINISH_RESERVE_S back for them). Within the plan, `Budget` is the clock: what is left for a
+probe of a role (`time_left`, `limits`), whether more probes still fit before the ablation and the confirmation
+(`affordable`), and what those will take (`confirmation_s`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from ..collectors import flops
+from ..probe.backend import ProbeBackend, ProbeLimits
+from ..probe.spec import Protocol
+from . import ablation, pairing
+from .compare import DUEL_MAX_S, plain_wall
+from .confirm import CONFIRM_GRACE, CONFIRM_RESERVE, reserve_s
+from .keep import DUEL_ROLE
+from .ledger import ProbeLedger
+
+MIN_PROBE_S = 1.0  # a probe started at the budget's end (the confirmation) still gets this long
+FINISH_RESERVE_S = 3.0  # what the rules and the reports (charts included) take after the last probe
+CALIBRATION_SHARE = 0.1  # of the budget, at most, for measuring the machine's peaks (a first run per machine)
+# Probes that explore only screen: they decide the clear cases and duels decide the rest, so measuring one
+# longer buys little. A noisy one, on a machine whose speed swings, would otherwise run to its cap.
+SCREEN_MAX_S = 3.0
+SCREENING_ROLES = ("knob:", "ladder:", "bisect:")
+ABLATION_START_S = 2.0  # a lockstep side's start and warm-up, beyond its measured window
+
+
+def inspection_limit(budget_s: float | None, own_s: float, probe_timeout_s: float | None = None) -> float:
+    """How long inspecting the workload may take: its own bound `own_s`, within the budget; a plain script's
+    inspection runs it to its first steps, so its probe limit (`probe_timeout_s`) bounds that too."""
+    limit = own_s if budget_s is None else min(own_s, budget_s)
+    return limit if probe_timeout_s is None else min(limit, probe_timeout_s)
+
+
+def calibration_limit(budget_s: float | None) -> float:
+    """How long measuring the machine's peak FLOP/s may take: flops' own bound, or a tenth of a short budget."""
+    return flops.PEAK_TIMEOUT_S if budget_s is None else max(0.5, min(flops.PEAK_TIMEOUT_S,
+                                                                      CALIBRATION_SHARE * budget_s))
+
+
+def planning_limit(budget_s: float | None) -> float | None:
+    """The plan's share of the budget: it ends where the rules and the reports still fit (None: no budget)."""
+    return None if budget_s is None else max(0.0, budget_s - FINISH_RESERVE_S)
+
+
+def role_cap(role: str) -> float | None:
+    """The most a probe of `role` measures whatever its protocol says: screening probes SCREEN_MAX_S, a duel's
+    sides DUEL_MAX_S; None: the protocol's own."""
+    if role.startswith(SCREENING_ROLES):
+        return SCREEN_MAX_S
+    if role == DUEL_ROLE or role.startswith(ablation.ROLE):
+        return DUEL_MAX_S
+    return None
+
+
+def probe_limits(role: str, left_s: float | None) -> ProbeLimits:
+    """A probe's limits: `role_cap`, and a measurement that stops extending in time to leave a result within
+    `left_s` (what is left of the budget for it)."""
+    caps = [c for c in (role_cap(role), None if left_s is None else left_s / 2) if c is not None]
+    return ProbeLimits(left_s, min(caps) if caps else None)
+
+
+def protocol_for(role: str, protocol: Protocol, left_s: float | None) -> Protocol:
+    """The measurement protocol of a probe of `role` with `left_s` of the budget left (`probe_limits`)."""
+    return probe_limits(role, left_s).protocol(protocol)
+
+
+class Budget:
+    """The plan's clock and its time rules. `limit_s`: the plan's share of the budget (None: no limit);
+    `started`: when the budget began (clock time; it includes the work done before planning). A resumed run adds
+    the interrupted run's time (`ledger.carried_s`), and while the ledger replays it the clock stands where the
+    interrupted run's was (`ledger.replay_at`). What the plan's end costs is reckoned from the ledger's baseline and
+    best, the probes' wall times and whether `backend` pairs them."""
+
+    def __init__(self, limit_s: float | None, ledger: ProbeLedger, backend: ProbeBackend,
+                 clock: Callable[[], float] = time.monotonic, started: float | None = None):
+        self.limit_s, self.ledger, self.backend, self.clock = limit_s, ledger, backend, clock
+        self.started = clock() if started is None else started
+
+    def elapsed(self) -> float:
+        if self.ledger.replaying:
+            return self.ledger.replay_at
+        return self.ledger.carried_s + self.clock() - self.started
+
+    @property
+    def fresh_parent_s(self) -> float:
+        """What a probe forked from a new parent (`fresh=True`) costs beyond others: `backend.fresh_parent_s`."""
+        return self.backend.fresh_parent_s
+
+    def typical_probe_s(self) -> float:
+        """What the next probe will likely take: the mean so far, which long probes (many loader workers running
+        to the time cap) pull up, unlike the median."""
+        walls = [plain_wall(p) for p in self.ledger.probes if p.wall_s > 0]
+        return sum(walls) / len(walls) if walls else 0.0
+
+    def affordable(self, probes: int = 1, extra_s: float = 0.0, within: float = 1.0) -> bool:
+        """Whether `probes` more (costing `extra_s` beyond typical probes: compilation), and then the
+        confirmation, fit in what is left of the budget (of its first `within` share, for work the plan does only
+        while the budget is ample)."""
+        if self.limit_s is None:
+            return True
+        needed = probes * self.typical_probe_s() + extra_s + self.confirmation_s()
+        return self.elapsed() + needed <= self.limit_s * within
+
+    def affords_ablation(self, left: int) -> bool:
+        """Whether the next ablation pair, the `left - 1` after it and the confirmation fit in the budget."""
+        return self.limit_s is None or self.elapsed() + self.confirmation_s(left) <= self.limit_s
+
+    def time_left(self, role: str) -> float | None:
+        """How long a probe of `role` may still run before the budget ends (None: no budget). The runner kills it
+        there: a probe that overruns its prediction (a noisy measurement running to its cap, dozens of loader
+        workers starting) must not take the budget with it. Exploring probes leave the confirmation its time."""
+        if self.limit_s is None:
+            return None
+        if role.startswith("confirm"):
+            return self.limit_s * (1 + CONFIRM_GRACE) - self.elapsed()
+        if role.startswith(ablation.ROLE):  # its pair was afforded with the confirmation after it
+            return self.limit_s - self.confirmation_s(ablations=0) - self.elapsed()
+        return self.limit_s - self.confirmation_s() - self.elapsed()
+
+    def limits(self, role: str) -> ProbeLimits:
+        """A probe's limits now (`probe_limits`): what is left for it, at least MIN_PROBE_S."""
+        left = self.time_left(role)
+        return probe_limits(role, None if left is None else max(left, MIN_PROBE_S))
+
+    def confirmation_s(self, ablations: int | None = None) -> float:
+        """What the end of the plan will take: the ablation's pairs (`ablations` of them; default one per knob
+        the current best changes) and the confirmation's least rounds of the baseline against the current best,
+        and their runs alone (`confirm.reserve_s`; a further round only where time is left then)."""
+        base = self.ledger.baseline
+        if base is None:
+            return CONFIRM_RESERVE * self.typical_probe_s()
+        best = self.ledger.best if self.ledger.best is not None else base
+        confirming = reserve_s(pairing.pairs(self.backend, base, best), self.fresh_parent_s, base, best)
+        if ablations is None:
+            ablations = len(ablation.ablatable(base.settings, best.settings))
+        return confirming + self.ablation_pair_s() * ablations
+
+    def ablation_pair_s(self) -> float:
+        """One ablation pair: each side measures at most DUEL_MAX_S beyond its start-up."""
+        best = self.ledger.best if self.ledger.best is not None else self.ledger.baseline
+        return 2 * min(plain_wall(best), DUEL_MAX_S + ABLATION_START_S) if best is not None else 0.0
