@@ -61,6 +61,15 @@ def short_confirmation(monkeypatch):
 CPU_KINDS = {"avx2-only": fakes.ZEN3_CPUINFO, "avx512_bf16": fakes.AVX512_BF16_CPUINFO, "amx": fakes.AMX_CPUINFO}
 
 
+def pytest_report_header(config) -> list[str]:
+    """The CPU this run's native-type decisions read, first in every log: what a [this-cpu] test id ran as."""
+    from tune_advisor import environment
+
+    bf16 = hardware.native_types("cpu").bf16
+    return [environment.machine_line(), f"bf16 on this CPU: {bf16.reason}; tests with [avx2-only] in their id run "
+                                        "as on an AVX2-only CPU (bf16 only emulated)"]
+
+
 @pytest.fixture
 def force_cpu(tmp_path_factory, monkeypatch):
     """force_cpu(kind): from here on this test's process and its probe children read CPU_KINDS[kind] as their
