@@ -297,9 +297,27 @@ def test_the_gate_pairs_each_round_in_lockstep_and_alternates_who_starts(tmp_pat
     assert backend.calls == [("single", "reference-1", "gate:reference"), ("single", "candidate-1", "gate:candidate"),
                              ("single", "candidate-2", "gate:candidate"), ("single", "reference-2", "gate:reference")]
     assert [p.id for p in measured["reference"]] == ["reference-1", "reference-2"]
-    # AND this machine's gate backend pairs as the gate always has: until each side's level is steady, side 0 from
-    # zygote slot 0, one step a turn
+    # AND this machine's gate backend pairs until each side's level is steady, one step a turn, and the side that
+    # moves first forks from zygote slot 0 (a parent's bias flips with the order, as in the confirmation)
     asked = {}
     monkeypatch.setattr(lockstep, "run_pair", lambda specs, workdir, roles, **options: asked.update(options) or [])
     executors.gate_backend("local", None, "cpu", tmp_path).pair([], [], first=1)
-    assert asked == {"first": 1, "noise": "each", "first_takes_slot0": False, "match_turns": False}
+    assert asked == {"first": 1, "noise": "each", "first_takes_slot0": True, "match_turns": False}
+
+
+def test_every_gate_probe_forks_from_a_new_parent_process():
+    from tune_advisor.gate import measure as measure_mod
+
+    # GIVEN the gate measuring two sides, and one, in two rounds
+    info = SimpleNamespace(path=Path("w.py"))
+    for sides, can_pair in ((("reference", "candidate"), True), (("reference", "candidate"), False),
+                            (("baseline",), True)):
+        backend = Recording(can_pair)
+        asked = []
+        backend.pair = lambda specs, roles, first: asked.extend(specs) or [ProbeResult(s.id, {}, Status.OK)
+                                                                           for s in specs]
+        backend.run = lambda spec, role: asked.append(spec) or ProbeResult(spec.id, {}, Status.OK)
+        measure_mod.measure({name: (info, {}) for name in sides}, 2, backend=backend, device="cpu",
+                            protocol=Protocol(), timeout_s=60)
+        # THEN every probe of every round asks for a new parent: no layout offset repeats across rounds
+        assert len(asked) == 2 * len(sides) and all(spec.fresh_parent for spec in asked), sides

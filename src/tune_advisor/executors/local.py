@@ -44,7 +44,7 @@ class PairStyle:
 
 
 RATIOS = PairStyle()  # the planner's duels and confirmation
-LEVELS = PairStyle(noise="each", first_takes_slot0=False, match_turns=False)  # the gate's rounds
+LEVELS = PairStyle(noise="each", match_turns=False)  # the gate's rounds: each side's level, one step a turn
 
 
 class LocalBackend:

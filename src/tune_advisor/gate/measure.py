@@ -75,13 +75,19 @@ def measure(sides: dict[str, tuple[api.Inspection, dict[str, Any]]], rounds: int
     after the other.
 
     The steps alternate A B, B A, ... within a round, and the side that moves (or runs) first alternates between
-    rounds, so neither side always follows the other (a cache warmed, a core woken up).
+    rounds, so neither side always follows the other (a cache warmed, a core woken up). As the analysis's
+    confirmation does, each round's probes fork from new parent processes (`ProbeSpec.fresh_parent`; a pair's two
+    start side by side), and the side that moves first takes zygote slot 0: a zygote's children share its memory
+    layout, which set a setting's speed by up to 15% (docs/measurement.md), so an offset between two long-lived
+    parents would be the same in every round and read as a regression (1 false alarm in 7 unchanged runs on an
+    AVX2-only EPYC, issue 64).
     """
     names = list(sides)
     measured: dict[str, list[ProbeResult]] = {name: [] for name in names}
     for i in range(rounds):
         specs = [ProbeSpec(id=f"{name}-{i + 1}", workload=str(sides[name][0].path), settings=sides[name][1],
-                           device=device, protocol=protocol, timeout_s=timeout_s, seed=seed) for name in names]
+                           device=device, protocol=protocol, timeout_s=timeout_s, seed=seed, fresh_parent=True)
+                 for name in names]
         roles = [f"gate:{name}" for name in names]
         if on_probe:
             on_probe(" and ".join(names), i + 1, rounds)
