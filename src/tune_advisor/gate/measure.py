@@ -78,9 +78,9 @@ def measure(sides: dict[str, tuple[api.Inspection, dict[str, Any]]], rounds: int
     rounds, so neither side always follows the other (a cache warmed, a core woken up). As the analysis's
     confirmation does, each round's probes fork from new parent processes (`ProbeSpec.fresh_parent`; a pair's two
     start side by side), and the side that moves first takes zygote slot 0: a zygote's children share its memory
-    layout, which set a setting's speed by up to 15% (docs/measurement.md), so an offset between two long-lived
-    parents would be the same in every round and read as a regression (1 false alarm in 7 unchanged runs on an
-    AVX2-only EPYC, issue 64).
+    layout, which set a setting's speed by up to 15% (docs/planner.md, the confirmation), so an offset between two
+    long-lived parents would repeat in every round and read as a regression (1 false alarm in 7 unchanged runs on
+    an AVX2-only EPYC, issue 64).
     """
     names = list(sides)
     measured: dict[str, list[ProbeResult]] = {name: [] for name in names}
