@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import difflib
 import importlib.util
+import inspect
 import re
 import sys
 import traceback
@@ -21,11 +22,15 @@ from .errors import WorkloadError
 
 REQUIRED = ("build_model", "build_dataset")
 CONTRACT = "a workload file defines build_model() and build_dataset() (SPEC §2)"
-# A file defining one of these (or any other name of the contract, or a near miss of one) is a workload; a file
-# defining none is a plain training script, analysed in script mode (tune_advisor/script/).
+# A file is a workload when it defines one of ENTRY_POINTS that the tool can call with no arguments and no
+# `__main__` block of it drives training; otherwise it is a plain training script, analysed in script mode
+# (tune_advisor/script/). CONTRACT_NAMES only keep a file of definitions (nothing would run as a script) a workload.
 ENTRY_POINTS = ("build_model", "build_trainer", "build_module")
 CONTRACT_NAMES = ("build_dataset", "compute_loss", "build_optimizer", "collate_fn", "count_items", "BASELINE",
                   "SEARCH")
+# Calls that train: a main block reaching one of these (directly or through the file's own functions) drives training.
+TRAINING_CALLS = ("backward", "step", "fit", "train")
+FORCE_SCRIPT = "--script"  # the analyze option that runs a file as a plain script whatever it defines
 MODULE_NAME = "tune_advisor_workload"  # registered in sys.modules so spawned loader workers can unpickle its classes
 
 
@@ -53,10 +58,30 @@ def check_file(path: str | Path) -> Path:
 
 
 def is_script(path: str | Path) -> bool:
-    """Whether the file is a plain training script rather than a workload: it defines (at its top level, by def,
-    assignment or import) no ENTRY_POINTS, no other contract name and nothing close to an entry point's name (a
-    typo such as build_modle stays a workload, to be named as such). Parsed, never run: call after check_file."""
+    """Whether the file is a plain training script rather than a workload. Parsed, never run: call after check_file.
+
+    A workload defines an entry point (ENTRY_POINTS) the tool can call with no arguments (a `def` without required
+    parameters, or a name it imports or assigns) and has no `if __name__ == "__main__":` block that drives training
+    (main_drives_training). A file that runs code of its own (such a block, or statements at its top level) and
+    fails that is a script, even with a `def build_model(args):` or a `collate_fn` of its own. A file of
+    definitions alone would run nothing as a script: it stays a workload when it names the contract (or comes close
+    to an entry point's name, a typo), so that loading it names what is missing."""
     tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    main = main_block(tree)
+    if main is not None and main_drives_training(tree, main):
+        return True
+    if callable_entry_points(tree):
+        return False
+    if main is not None or _runs_code(tree):
+        return True
+    names = _top_level_names(tree)
+    if names & {*ENTRY_POINTS, *CONTRACT_NAMES}:
+        return False
+    return not any(difflib.get_close_matches(entry, names, n=1, cutoff=0.85) for entry in ENTRY_POINTS)
+
+
+def _top_level_names(tree: ast.Module) -> set[str]:
+    """The names the module binds at its top level: by def, class, assignment or import."""
     names: set[str] = set()
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -66,9 +91,72 @@ def is_script(path: str | Path) -> bool:
             names.update(t.id for t in targets if isinstance(t, ast.Name))
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names.update((a.asname or a.name).split(".")[0] for a in node.names)
-    if names & {*ENTRY_POINTS, *CONTRACT_NAMES}:
-        return False
-    return not any(difflib.get_close_matches(entry, names, n=1, cutoff=0.85) for entry in ENTRY_POINTS)
+    return names
+
+
+def callable_entry_points(tree: ast.Module) -> list[str]:
+    """The ENTRY_POINTS the tool can call with no arguments: defined without required parameters, or bound by
+    import or assignment (their signature is not in the file: taken as the contract's)."""
+    found = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if node.name in ENTRY_POINTS and not required_parameters(node.args):
+                found.append(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom, ast.Assign, ast.AnnAssign)):
+            found += sorted(_top_level_names(ast.Module([node], [])) & set(ENTRY_POINTS))
+    return found
+
+
+def required_parameters(args: ast.arguments) -> list[str]:
+    """The parameters a call must pass: positional ones without a default, keyword-only ones without one."""
+    positional = [*args.posonlyargs, *args.args]
+    required = [a.arg for a in positional[:len(positional) - len(args.defaults)]]
+    return required + [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
+
+
+def main_block(tree: ast.Module) -> ast.If | None:
+    """The top-level `if __name__ == "__main__":` block, if any."""
+    for node in tree.body:
+        test = node.test if isinstance(node, ast.If) else None
+        if (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__"
+                and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators)):
+            return node
+    return None
+
+
+def main_drives_training(tree: ast.Module, main: ast.If) -> bool:
+    """Whether the main block trains: it reaches a call of TRAINING_CALLS (`loss.backward()`,
+    `optimizer.step()`, `trainer.fit(...)`, `trainer.train()`), itself or through the file's own functions, or it
+    calls a function the file imports (whose code is not here: a `main()` from the user's package). A block that
+    only prints or checks what build_model() returns does not."""
+    functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    imported = {(a.asname or a.name) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+    seen: set[str] = set()
+    todo: list[ast.AST] = [main]
+    while todo:
+        for node in ast.walk(todo.pop()):
+            if not isinstance(node, ast.Call):
+                continue
+            if isinstance(node.func, ast.Attribute) and node.func.attr in TRAINING_CALLS:
+                return True
+            name = node.func.id if isinstance(node.func, ast.Name) else None
+            if name in imported:
+                return True
+            if name in functions and name not in seen:
+                seen.add(name)
+                todo.append(functions[name])
+    return False
+
+
+def _runs_code(tree: ast.Module) -> bool:
+    """Whether the module does work at its top level (loops, calls, `with`) beyond binding names (a guarded
+    import in `try` or `if` binds names)."""
+    for node in tree.body:
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)):
+            return True
+        if isinstance(node, ast.Expr) and not isinstance(node.value, ast.Constant):  # a docstring is no work
+            return True
+    return False
 
 
 def user_frame(exc: BaseException, path: str | Path) -> tuple[int | None, str | None]:
@@ -113,6 +201,7 @@ class Workload:
     search: dict[str, list]
     framework: dict[str, Any] | None = None  # {"name": "hf" | "lightning", "config": ...} (frameworks/)
     optimizer_step: frameworks.OptimizerStep | None = None  # the framework loop's accumulation and clipping
+    loop: frameworks.Loop | None = None  # the framework's own loop, which probes run (probe/loop.py)
 
     def call(self, name: str, *args):
         """Call a user function; a raise becomes a WorkloadError pointing at the user's line."""
@@ -148,6 +237,7 @@ def load(path: str | Path) -> Workload:
         raise WorkloadError(shown, f"importing it raised {exception_summary(exc)}", "fix the module-level code",
                             line=line) from exc
 
+    _check_entry_signatures(module, shown, p)
     kind = frameworks.kind_of(module)  # build_trainer() / build_module(): a framework object handed over
     if kind is not None:
         return _framework_workload(p, module, kind, shown)
@@ -159,9 +249,8 @@ def load(path: str | Path) -> Workload:
             defined = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
             close = difflib.get_close_matches(name, defined, n=1)
             hint = f" (found '{close[0]}': a typo?)" if close else ""
-            script = (f"; or, a plain training script, analyse it as one: tune-advisor analyze {shown} -- ARGS"
-                      if is_script(p) else "")
-            raise WorkloadError(shown, f"no {name}() defined{hint}", f"define {name}(); {CONTRACT}{script}")
+            raise WorkloadError(shown, f"no {name}() defined{hint}", f"define {name}(); {CONTRACT}; "
+                                f"{script_hint(shown)}")
 
     return Workload(
         path=p, module=module,
@@ -174,6 +263,33 @@ def load(path: str | Path) -> Workload:
         baseline=_validated(module, "BASELINE", knobs.validate_settings, p),
         search=_validated(module, "SEARCH", knobs.validate_search, p),
     )
+
+
+def script_hint(shown: str) -> str:
+    """How to run a file taken for a workload as the plain training script it may be."""
+    return (f"or, if it is a training script, analyse it as one (script mode): tune-advisor analyze {shown} "
+            f"{FORCE_SCRIPT} -- ARGS")
+
+
+def _check_entry_signatures(module, shown: str, path: Path) -> None:
+    """An entry point the tool would call with no arguments must take none (a training script's
+    `build_model(args)` is no workload's); WorkloadError naming its parameters and script mode otherwise."""
+    for name in ENTRY_POINTS:
+        fn = getattr(module, name, None)
+        if not callable(fn):
+            continue
+        try:
+            signature = inspect.signature(fn)
+        except (TypeError, ValueError):  # a builtin or C callable: nothing to read
+            continue
+        required = [p.name for p in signature.parameters.values() if p.default is p.empty
+                    and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        if required:
+            code = getattr(fn, "__code__", None)
+            here = code is not None and Path(code.co_filename).resolve() == path
+            raise WorkloadError(shown, f"{name}({', '.join(required)}) takes arguments, and the tool calls "
+                                       f"{name}() with none", f"give them defaults; {script_hint(shown)}",
+                                line=code.co_firstlineno if here else None)
 
 
 def _framework_workload(p: Path, module, kind: str, shown: str) -> Workload:
@@ -199,6 +315,7 @@ def _framework_workload(p: Path, module, kind: str, shown: str) -> Workload:
         baseline={**adapted.baseline, **_validated(module, "BASELINE", knobs.validate_settings, p)},
         search=_validated(module, "SEARCH", knobs.validate_search, p),
         framework={"name": adapted.framework, "config": adapted.config}, optimizer_step=adapted.optimizer_step,
+        loop=adapted.loop,
     )
 
 

@@ -31,7 +31,7 @@ def leftovers() -> list[psutil.Process]:
     ("exits_early.py", [], ["exits_early.py", "exited with sys.exit(2) before its first optimizer step",
                             "the following arguments are required: --data", "fix: pass the arguments it needs"]),
     ("crashes_early.py", [], ["crashes_early.py:14", "raised RuntimeError", "before its first optimizer step",
-                              "fix: run `python crashes_early.py"]),
+                              "fix: run `python ", "crashes_early.py` on its own"]),
     ("no_optimizer_step.py", [], ["without calling optimizer.step()", "built 1 DataLoader(s)", "nothing trained",
                                   "-- --epochs 1"]),
     ("reads_stdin.py", [], ["reads_stdin.py:5", "read from stdin before its first optimizer step",
@@ -155,4 +155,75 @@ def test_a_pair_whose_script_runs_out_of_epochs_is_a_whole_shorter_comparison(tm
     assert [r.status for r in results] == [Status.OK, Status.OK], [r.error for r in results]
     assert len(results[1].step_s) >= FAST.min_steps and len(results[0].step_s) >= len(results[1].step_s)
     assert results[0].extra["lockstep"]["stopped"] == "c ended"
+    assert leftovers() == []
+
+
+SCRIPTS = WORKLOADS / "scripts"
+# the analyses measure the baseline at least (on an idle machine the whole batch ladder); the probes at another
+# batch size are run directly below, so that a loaded machine's budget cannot leave them out
+ANALYZE_FAST = ["--budget", "25s", "--knobs", "batch_size", "--probe-timeout", "30s", *FAST_ARGS]
+
+
+def probe_at(tmp_path, script: dict, batch_size: int, path=TINY):
+    """A probe of `path` at `batch_size`, its script inspected with `script` (args, map, home) first."""
+    info = inspect_workload(path, "cpu", tmp_path, 60, script={"cwd": None, **script})
+    spec = ProbeSpec(id="p", workload=str(info.path), protocol=FAST, timeout_s=60, script=info.script,
+                     settings=knobs.full_settings({**info.baseline, "batch_size": batch_size}))
+    return info, runner.run_probe(spec, tmp_path)
+
+
+def test_a_script_with_helpers_named_as_the_contract_is_analysed_as_a_script(cli, tmp_path, short_confirmation):
+    # GIVEN a training script with its own build_model(args) and collate_fn(batch), and a __main__ block
+    out = tmp_path / "out"
+    result = cli("analyze", SCRIPTS / "helper_names.py", "-o", out, *ANALYZE_FAST, "--", "--epochs", "20")
+    # THEN it runs as a script, measured, its batch size its DataLoader's
+    assert result.exit_code == 0, result.output
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["workload"]["kind"] == "script" and doc["baseline"]["settings"]["batch_size"] == 8
+    assert doc["baseline"]["status"] == "ok"
+    assert leftovers() == []
+
+
+def test_a_configurator_style_script_runs_from_its_folder_with_its_batch_size_from_its_flag(
+        cli, tmp_path, monkeypatch, short_confirmation):
+    # GIVEN a nanoGPT-style script run from its folder: it exec's configurator.py, reads data/ and a config file by
+    # relative paths, takes --key=value, builds no DataLoader, and writes out/ckpt.pt and a log where it runs
+    folder = SCRIPTS / "configurator_style"
+    before = sorted(p.relative_to(folder) for p in folder.rglob("*"))
+    monkeypatch.chdir(folder)
+    out = tmp_path / "out"
+    args = ["config/tiny.py", "--batch_size=12"]
+    result = cli("analyze", "train.py", "-o", out, "--map", "batch_size=--batch_size=", *ANALYZE_FAST, "--", *args)
+    assert result.exit_code == 0, result.output
+    doc = json.loads((out / "results.json").read_text())
+    # THEN the baseline batch is the script's own, read from its command line, and counted in samples
+    assert doc["baseline"]["settings"]["batch_size"] == 12 and doc["baseline"]["status"] == "ok"
+    assert doc["workload"]["facts"]["extra"]["script"]["batch_size_from"] == {"flag": "--batch_size=", "value": 12}
+    assert doc["baseline"]["throughput"]["unit"] == "samples/s"
+    # AND what the script wrote is listed, and landed outside the caller's folder, which is as it was
+    assert {"out/ckpt.pt", "train_log.txt"} <= set(doc["baseline"]["extra"]["script"]["wrote"])
+    assert sorted(p.relative_to(folder) for p in folder.rglob("*")) == before
+    # AND a probe at another batch passes it joined, in place of the user's, and counts its samples
+    script = {"args": args, "map": {"batch_size": {"flag": "--batch_size=", "values": {}}}, "home": str(folder)}
+    _, result = probe_at(tmp_path / "p", script, 24, folder / "train.py")
+    assert result.status is Status.OK, result.error
+    assert result.extra["script"]["argv"] == ["config/tiny.py", "--batch_size=24"] and set(result.items) == {24.0}
+    assert sorted(p.relative_to(folder) for p in folder.rglob("*")) == before
+    assert leftovers() == []
+
+
+def test_a_hydra_style_script_gets_its_batch_size_as_a_key_value_override(cli, tmp_path, short_confirmation):
+    # GIVEN a script taking key=value overrides that refuses a key given twice (as Hydra does)
+    out = tmp_path / "out"
+    args = ["training.epochs=20", "training.batch_size=8"]
+    result = cli("analyze", SCRIPTS / "hydra_style.py", "-o", out, "--map", "batch_size=training.batch_size=",
+                 *ANALYZE_FAST, "--", *args)
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "results.json").read_text())["baseline"]["status"] == "ok"
+    # THEN a probe at another batch replaces the user's own key rather than repeating it
+    script = {"args": args, "map": {"batch_size": {"flag": "training.batch_size=", "values": {}}}}
+    _, result = probe_at(tmp_path / "p", script, 32, SCRIPTS / "hydra_style.py")
+    assert result.status is Status.OK, result.error
+    assert result.extra["script"]["argv"] == ["training.epochs=20", "training.batch_size=32"]
+    assert set(result.items) == {32.0}
     assert leftovers() == []

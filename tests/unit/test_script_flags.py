@@ -3,6 +3,8 @@ configuration, and the recommendation as the command line to run."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tune_advisor import knobs
@@ -128,4 +130,77 @@ def test_script_arguments_given_to_a_workload_file_or_a_ddp_script_are_usage_err
         script_mode(script, AnalyzeOptions(), {"nproc_per_node": 2})
     found = script_mode(script, AnalyzeOptions(script_args=["--epochs", "1"], maps=["batch_size=--batch-size"]), None)
     assert found == {"args": ["--epochs", "1"], "map": {"batch_size": {"flag": "--batch-size", "values": {}}},
-                     "cwd": None}
+                     "cwd": None, "home": os.getcwd()}
+
+
+def test_a_flag_ending_in_equals_takes_its_value_joined_configurator_and_hydra_style():
+    # nanoGPT's configurator takes --batch_size=64: two arguments (--batch_size= then 64) failed every probe
+    maps = flags.parse_maps(["batch_size=--batch_size=", "amp=trainer.precision=:bf16=bf16-mixed",
+                             "compile=--compile=:default=True,off=False"])
+    assert maps["batch_size"].argv(64) == ["--batch_size=64"]
+    assert maps["amp"].argv("bf16") == ["trainer.precision=bf16-mixed"]
+    assert maps["compile"].argv("off") == ["--compile=False"]
+    hydra = flags.parse_map("batch_size=training.batch_size=")
+    assert hydra.argv(128) == ["training.batch_size=128"]
+
+
+def test_a_mapped_flag_the_user_gave_is_replaced_where_it_stands():
+    base = {**BASE, "batch_size": 12}
+    args = ["config/train.py", "--device=cpu", "--batch_size=12", "--compile=False"]
+    joined = flags.parse_maps(["batch_size=--batch_size="])
+    assert flags.script_argv(args, joined, {**base, "batch_size": 64}, base) == \
+        ["config/train.py", "--device=cpu", "--batch_size=64", "--compile=False"]
+    hydra = flags.parse_maps(["batch_size=training.batch_size="])  # Hydra refuses a key given twice
+    assert flags.script_argv(["training.batch_size=12", "lr=3"], hydra, {**base, "batch_size": 64}, base) == \
+        ["training.batch_size=64", "lr=3"]
+    spaced = flags.parse_maps(["batch_size=--batch-size"])
+    assert flags.script_argv(["--batch-size", "12", "--lr", "1"], spaced, {**base, "batch_size": 64}, base) == \
+        ["--batch-size", "64", "--lr", "1"]
+    assert flags.script_argv(["--batch-size=12"], spaced, {**base, "batch_size": 64}, base) == ["--batch-size", "64"]
+    assert flags.command_line("train.py", args, joined, {**base, "batch_size": 64}, base) == \
+        "python train.py config/train.py --device=cpu --batch_size=64 --compile=False"
+
+
+@pytest.mark.parametrize("spec, args, value", [
+    ("batch_size=--batch_size=", ["--device=cpu", "--batch_size=12"], 12),
+    ("batch_size=training.batch_size=", ["training.batch_size=24"], 24),
+    ("batch_size=--batch-size", ["--batch-size", "16"], 16),
+    ("batch_size=--batch-size", ["--batch-size=16"], 16),
+    ("batch_size=--batch-size", ["--lr", "1"], None),
+    ("amp=--precision:bf16=bf16-mixed", ["--precision", "bf16-mixed"], "bf16"),
+])
+def test_the_value_a_users_arguments_give_a_mapped_flag_is_read_back(spec, args, value):
+    assert flags.parse_map(spec).value_in(args) == value
+
+
+def test_a_flag_without_a_dash_must_end_in_equals():
+    with pytest.raises(UsageError, match="ends with '=' to take its value joined"):
+        flags.parse_map("batch_size=training.batch_size")
+
+
+def test_probe_gate_and_baseline_refuse_a_script_before_it_runs_unless_told_it_is_a_workload(tmp_path):
+    from tune_advisor.api.facade import script_mode
+    from tune_advisor.api.inspection import inspect_workload
+    from tune_advisor.errors import WorkloadError
+
+    from ..conftest import WORKLOADS
+
+    script = WORKLOADS / "scripts" / "helper_names.py"  # its build_model(args) and collate_fn are its own helpers
+    with pytest.raises(WorkloadError) as raised:
+        inspect_workload(script, "cpu", tmp_path)  # what probe, gate and baseline call, with no script
+    assert "is a plain training script" in str(raised.value) and "--workload" in str(raised.value)
+    # analyze decides: a script, or with --workload a workload (whose arguments after -- are refused)
+    assert script_mode(script, AnalyzeOptions(), None)["args"] == []
+    assert script_mode(script, AnalyzeOptions(as_script=False), None) is None
+    with pytest.raises(UsageError, match="add --script to run it as one"):
+        script_mode(WORKLOADS / "tiny_mlp.py", AnalyzeOptions(script_args=["--epochs", "1"]), None)
+    assert script_mode(WORKLOADS / "tiny_mlp.py", AnalyzeOptions(as_script=True), None)["args"] == []
+
+
+def test_the_reports_notes_say_where_the_batch_size_came_from_and_what_the_script_wrote():
+    facts = {"batch_size_from": {"flag": "--batch_size=", "value": 12}, "wrote": ["out", "train_log.txt"]}
+    probes = [{"extra": {"script": {"wrote": ["out", "out/ckpt.pt"]}}}, {"extra": {}}]
+    batch, wrote = flags.script_notes(facts, probes)
+    assert "builds no DataLoader, so batch_size is its --batch_size= flag: 12 on its command line" in batch
+    assert wrote == "the script wrote out, train_log.txt, out/ckpt.pt: in each probe's scratch folder, not in yours"
+    assert flags.script_notes({}, []) == []

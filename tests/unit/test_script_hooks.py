@@ -101,7 +101,7 @@ def test_each_optimizer_step_is_a_step_with_its_samples_wait_and_loss():
             loss = nn.functional.cross_entropy(model(x), y)
             loss.backward()
             optimizer.step()
-            wait, items, new_epoch = hooks.take_step_input()
+            wait, items, new_epoch, _ = hooks.take_step_input()
             assert items == 8 and wait >= 0
             assert hooks.read_loss() == pytest.approx(loss.item())
     finally:
@@ -331,7 +331,7 @@ class FakeHooks:
         self.fetch_wall_s = self.fetch_cpu_s = 0.0
 
     def take_step_input(self):
-        return 0.001, 8.0, False
+        return 0.001, 8.0, False, 1
 
     def read_loss(self):
         return self.losses.pop(0)
@@ -380,7 +380,51 @@ def test_with_gradient_accumulation_a_step_counts_every_micro_batch():
             (nn.functional.cross_entropy(model(x), y) / 2).backward()
             if i % 2 == 1:  # one optimizer step per two micro-batches
                 optimizer.step()
-                _, items, _ = hooks.take_step_input()
+                _, items, _, _ = hooks.take_step_input()
                 assert items == 16
     finally:
         hooks.remove()
+
+
+def test_a_side_whose_lockstep_pair_ended_under_it_is_stopped_not_failed():
+    # the partner failed and the parent closed the channel: half a comparison, as probe/lockstep.py says elsewhere
+    from tune_advisor.probe.result import Status
+
+    stop = ScriptStop("lockstep", "the gate's parent process closed the lockstep channel")
+    status, message = driver._problem("stopped", stop, 5, None, None, Path("train.py"), {})
+    assert status is Status.STOPPED and message.startswith("stopped: the other side of the lockstep pair ended")
+
+
+def test_a_script_without_a_loader_counts_the_mapped_batch_per_backward():
+    # GIVEN a script with no DataLoader whose batch size a flag sets: two micro-batches of 12 before a step
+    steps, out = steps_for([1.0] * 20, Protocol(warmup_steps=1, min_steps=50, min_time_s=100.0))
+    steps.flag_batch = 12
+    steps.hooks.take_step_input = lambda: (0.0, 0.0, False, 2)
+    for _ in range(3):
+        steps(None)
+    # THEN each measured step counts 24 samples
+    assert set(out["raw"]["items"]) == {24.0} and out["unit"] == "samples/s"
+
+
+def test_a_script_without_a_loader_takes_its_mapped_batch_size_from_its_command_line():
+    from ..conftest import WORKLOADS
+
+    folder = WORKLOADS / "scripts" / "configurator_style"
+
+    def inspect_with(args):
+        script = {"args": args, "map": {"batch_size": {"flag": "--batch_size=", "values": {}}}, "cwd": None,
+                  "home": str(folder)}
+        spec = ProbeSpec(id="i", workload=str(folder / "train.py"), settings=knobs.full_settings(), mode="inspect",
+                         script=script)
+        return driver.inspect(spec, lambda text: None)
+
+    # WHEN the arguments do not give the flag, the baseline's batch size is unknown: asked for, in its syntax
+    missing = inspect_with(["config/tiny.py"])
+    assert missing["status"] == "load_error" and "its arguments do not give it" in missing["error"]["cause"]
+    assert "--batch_size=32" in missing["error"]["fix"]
+    # WHEN they do: the baseline is the value given, counted in samples; what it wrote is listed
+    found = inspect_with(["config/tiny.py", "--batch_size=12"])
+    assert found["status"] == "ok" and found["baseline"]["batch_size"] == 12 and found["item_name"] == "samples"
+    assert found["script"]["batch_size_from"] == {"flag": "--batch_size=", "value": 12}
+    assert set(found["script"]["wrote"]) >= {"out", "train_log.txt"}
+    assert not (folder / "out").exists() and not (folder / "train_log.txt").exists()

@@ -21,9 +21,9 @@ def probe(path: str | Path, settings: dict[str, Any] | None = None, *, device: s
           probe_timeout: str | float = DEFAULT_PROBE_TIMEOUT_S, protocol: Protocol | None = None,
           seed: int = 0, workdir: str | Path | None = None, profile: bool = False,
           nproc_per_node: int = 1, nnodes: int = 1,
-          rdzv_endpoint: str | None = None) -> tuple[Inspection, ProbeResult]:
+          rdzv_endpoint: str | None = None, as_workload: bool = False) -> tuple[Inspection, ProbeResult]:
     """Measure one configuration: the file's BASELINE overlaid with `settings` (`profile`: run torch.profiler on
-    a few extra steps afterwards)."""
+    a few extra steps afterwards; `as_workload`: load a file that looks like a plain script as a workload)."""
     try:
         overrides = knobs.validate_settings(settings or {})
     except ValueError as exc:
@@ -34,9 +34,9 @@ def probe(path: str | Path, settings: dict[str, Any] | None = None, *, device: s
         with tempfile.TemporaryDirectory(prefix="tune-advisor-probe-") as tmp:
             return probe(path, settings, device=device, probe_timeout=probe_timeout, protocol=protocol, seed=seed,
                          workdir=tmp, profile=profile, nproc_per_node=nproc_per_node, nnodes=nnodes,
-                         rdzv_endpoint=rdzv_endpoint)
+                         rdzv_endpoint=rdzv_endpoint, as_workload=as_workload)
     workdir = Path(workdir)
-    info = inspect_workload(path, device, workdir)
+    info = inspect_workload(path, device, workdir, as_workload=as_workload)
     full = {**info.baseline, **overrides}
     for name, value in overrides.items():
         if name in info.baseline and info.baseline[name] == value:

@@ -17,7 +17,11 @@ EXIT_INTERRUPTED = 130
 # The workload argument's help, one text for every command that takes a workload file.
 WORKLOAD_HELP = ("The workload file: it defines build_model() and build_dataset(), or build_trainer() returning a "
                  "Hugging Face Trainer, or build_module() returning a LightningModule (docs/frameworks.md); a file "
-                 "defining none of them runs as a plain training script (docs/script-mode.md).")
+                 "without one taking no arguments, or whose __main__ block trains, runs as a plain training script "
+                 "(docs/script-mode.md).")
+# probe, baseline and gate measure workload files: --workload loads one that looks like a plain script as one.
+AS_WORKLOAD_HELP = ("Load FILE as a workload file even where it looks like a plain training script (an entry point "
+                    "taking arguments, or a __main__ block that trains).")
 
 
 @dataclass

@@ -36,6 +36,7 @@ def command(
     seed: int = typer.Option(0, help="Seed for the model, data order and sampling."),
     json_out: bool = typer.Option(False, "--json", help="Print the baseline document to stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors (and --json output)."),
+    as_workload: bool = typer.Option(False, "--workload", help=_common.AS_WORKLOAD_HELP),
 ) -> None:
     """Record a baseline for the CI gate: several rounds of one configuration, with the machine they ran on."""
     show = not (quiet or json_out)
@@ -51,7 +52,8 @@ def command(
         document = record_baseline(file, rounds=rounds, settings=settings, from_results=from_results, device=device,
                                    protocol=Protocol(warmup_steps=warmup, min_steps=min_steps, min_time_s=min_time,
                                                      max_time_s=max(max_time, min_time)),
-                                   probe_timeout=probe_timeout, seed=seed, command=sys.argv, on_probe=on_probe)
+                                   probe_timeout=probe_timeout, seed=seed, command=sys.argv, on_probe=on_probe,
+                                   as_workload=as_workload)
     finally:
         if status is not None:
             status.stop()

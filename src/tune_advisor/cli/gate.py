@@ -55,6 +55,7 @@ def command(
     junit: Optional[Path] = typer.Option(None, help="Write JUnit XML here (one testcase per check)."),
     json_out: bool = typer.Option(False, "--json", help="Print gate.json to stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors and the verdict line."),
+    as_workload: bool = typer.Option(False, "--workload", help=_common.AS_WORKLOAD_HELP),
 ) -> None:
     """CI performance gate: re-measure the workload, compare with a baseline or a git ref, fail on a real
     regression. Exit codes: 0 pass, 1 regression, 2 unusable input, 3 baseline from other hardware (refused)."""
@@ -79,7 +80,8 @@ def command(
         result = run_gate(file, baseline=baseline, against=against, checks=check, settings=settings,
                           from_results=from_results, rounds=rounds, device=device, protocol=protocol,
                           probe_timeout=probe_timeout, allow_other_hardware=allow_other_hardware, seed=seed,
-                          command=sys.argv, on_probe=on_probe, executor=executor, ray_address=ray_address)
+                          command=sys.argv, on_probe=on_probe, executor=executor, ray_address=ray_address,
+                          as_workload=as_workload)
     finally:
         if status is not None:
             status.stop()

@@ -31,12 +31,13 @@ def command(
     nproc_per_node: int = typer.Option(1, help="Probe DDP training under torchrun with N processes per node."),
     nnodes: int = typer.Option(1, help="Nodes of the DDP probe; run the same command on every node."),
     rdzv_endpoint: Optional[str] = typer.Option(None, help="HOST:PORT of the torchrun rendezvous for --nnodes > 1."),
+    as_workload: bool = typer.Option(False, "--workload", help=_common.AS_WORKLOAD_HELP),
 ) -> None:
     """Measure one configuration of a workload and print its numbers."""
     protocol = Protocol(warmup_steps=warmup, min_steps=min_steps, min_time_s=min_time)
     _, result = api.probe(file, parse_sets(set_), device=device, probe_timeout=probe_timeout, protocol=protocol,
                           workdir=workdir, profile=profile, nproc_per_node=nproc_per_node, nnodes=nnodes,
-                          rdzv_endpoint=rdzv_endpoint)
+                          rdzv_endpoint=rdzv_endpoint, as_workload=as_workload)
     if json_out:
         print(json.dumps(result.to_dict(), indent=1))
     else:

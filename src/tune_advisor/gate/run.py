@@ -54,14 +54,16 @@ class GateResult:
 def record_baseline(path: str | Path, *, rounds: int = DEFAULT_ROUNDS, settings: Sequence[str] | None = None,
                     from_results: Path | None = None, device: str = "auto", protocol: Protocol | None = None,
                     probe_timeout: str | float = api.DEFAULT_PROBE_TIMEOUT_S, seed: int = 0,
-                    command: list[str] | None = None, on_probe: OnProbe | None = None) -> dict[str, Any]:
-    """Measure `rounds` probes of the workload and return the baseline document (not yet written)."""
+                    command: list[str] | None = None, on_probe: OnProbe | None = None,
+                    as_workload: bool = False) -> dict[str, Any]:
+    """Measure `rounds` probes of the workload and return the baseline document (not yet written). `as_workload`:
+    load a file that looks like a plain script as a workload (--workload)."""
     _check_rounds(rounds)
     protocol = protocol or Protocol()
     timeout_s = api.parse_duration(probe_timeout)
     device = environment.resolve_device(device)
     with tempfile.TemporaryDirectory(prefix="tune-advisor-baseline-") as tmp:
-        info = api.inspect_workload(path, device, Path(tmp))
+        info = api.inspect_workload(path, device, Path(tmp), as_workload=as_workload)
         chosen = resolve_settings(settings, info, from_results=from_results)
         check_applicable(chosen, info, device)
         backend = executors.gate_backend("local", None, device, Path(tmp))
@@ -88,7 +90,8 @@ def run_gate(path: str | Path, *, baseline: str | Path | None = None, against: s
              from_results: Path | None = None, rounds: int = DEFAULT_ROUNDS, device: str = "auto",
              protocol: Protocol | None = None, probe_timeout: str | float = api.DEFAULT_PROBE_TIMEOUT_S,
              allow_other_hardware: bool = False, seed: int = 0, command: list[str] | None = None,
-             on_probe: OnProbe | None = None, executor: str = "local", ray_address: str | None = None) -> GateResult:
+             on_probe: OnProbe | None = None, executor: str = "local", ray_address: str | None = None,
+             as_workload: bool = False) -> GateResult:
     """Re-measure the workload and judge every check. Unusable input raises (exit 2); everything else returns.
     `executor`: where the probes run, local or ray (`ray_address`: the cluster to join), as analyze's."""
     _check_rounds(rounds)
@@ -129,14 +132,14 @@ def run_gate(path: str | Path, *, baseline: str | Path | None = None, against: s
         workdir = Path(tmp)
         # The ref first: a ref missing from a shallow CI clone is the likeliest mistake, and it costs no probe.
         ref_path = workload_at_ref(Path(path), against, workdir / "ref") if against else None
-        info = api.inspect_workload(path, device, workdir / "probes")
+        info = api.inspect_workload(path, device, workdir / "probes", as_workload=as_workload)
         chosen = resolve_settings(settings, info, from_results=from_results,
                                   recorded=stored.settings if stored else None)
         check_applicable(chosen, info, device)
         sides = {"candidate": (info, chosen)}
         if ref_path is not None:
             try:
-                ref_info = api.inspect_workload(ref_path, device, workdir / "probes")
+                ref_info = api.inspect_workload(ref_path, device, workdir / "probes", as_workload=as_workload)
             except WorkloadError as exc:
                 raise WorkloadError(f"{path} at {against}", exc.cause, exc.fix, exc.line) from None
             sides = {"reference": (ref_info, chosen), **sides}  # the reference goes first: A B, B A, ...

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .. import knobs, snippets
+from .. import frameworks, knobs, snippets
+from ..frameworks.common import accumulation
 from ..analysis import parity
 from .context import Config, Context, Finding, changed
 from .registry import rule
@@ -174,7 +175,10 @@ def batch_change_affects_optimisation(ctx: Context) -> Finding | None:
 
     How it is measured:
         `recommended.settings.batch_size` against `baseline.settings.batch_size`. No speed gain is claimed by
-        this finding (the batch change's own gain is reported by TA201 or the run's speedup).
+        this finding (the batch change's own gain is reported by TA201 or the run's speedup). For a Trainer or
+        LightningModule the recommendation rescales the framework's gradient accumulation to keep the effective
+        batch (the report's framework note): the rule reads the same accumulation, stays silent when the
+        effective batch is kept, and otherwise scales the learning rate by the effective batch's change.
 
     Fix:
         Scale the learning rate with the batch (linear for SGD, square root is common for Adam-style
@@ -192,6 +196,9 @@ def batch_change_affects_optimisation(ctx: Context) -> Finding | None:
     if base is None or rec is None or base["batch_size"] == rec["batch_size"]:
         return None
     old, new = base["batch_size"], rec["batch_size"]
+    framework_accumulation = frameworks.accumulation_steps(ctx.document.get("workload", {}).get("framework"))
+    if framework_accumulation is not None:
+        return _effective_batch_change(old, framework_accumulation, new, rec)
     message = knobs.batch_change_note(old, new, ctx.facts.get("dataset_len"))
     evidence = {"baseline_batch_size": old, "recommended_batch_size": new, "samples_per_step_ratio": new / old}
     if new < old and old % new == 0:  # keep the baseline's effective batch by accumulating
@@ -203,4 +210,23 @@ def batch_change_affects_optimisation(ctx: Context) -> Finding | None:
             evidence["accumulation_divisor"] = new // old
             snippet += (f"\n# already accumulating n micro-batches of {old}? Accumulate n/{new // old} of {new} "
                         "instead: same effective batch")
+    return Finding(message, evidence, {"batch_size": new}, snippet, probes=rec.ids[:1])
+
+
+def _effective_batch_change(old: int, old_accum: int, new: int, rec: Config) -> Finding | None:
+    """TA703 for a framework's loop, whose recommendation rescales its gradient accumulation as the framework note
+    says (frameworks.common.accumulation): nothing when the effective batch is kept, else its change."""
+    new_accum, kept = accumulation(old, old_accum, new)
+    if kept:
+        return None
+    effective, new_effective = old * old_accum, new * new_accum
+    ratio = new_effective / effective
+    message = (f"batch_size {old} → {new} with gradient accumulation {old_accum} → {new_accum}: the effective "
+               f"batch changes from {effective} to {new_effective} ({ratio:.3g}x the samples per optimizer step). "
+               f"Scale the learning rate about {ratio:.3g}x (linear rule, SGD) or {ratio ** 0.5:.3g}x (square "
+               "root, Adam-style) and re-check convergence.")
+    evidence = {"baseline_batch_size": old, "recommended_batch_size": new, "baseline_accumulation": old_accum,
+                "recommended_accumulation": new_accum, "effective_batch_ratio": ratio}
+    snippet = (f"# effective batch (batch x accumulation) {effective} -> {new_effective}: scale the learning rate\n"
+               f"lr = base_lr * {ratio:.3g}  # linear rule (SGD); Adam-style optimisers: base_lr * {ratio ** 0.5:.3g}")
     return Finding(message, evidence, {"batch_size": new}, snippet, probes=rec.ids[:1])

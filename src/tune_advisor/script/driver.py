@@ -5,16 +5,19 @@ step hook's side of the protocol, running the script, and naming how it ended.
 
 `train` is a probe (like probe/training.py's `train`, it fills the result `out`); `inspect` runs the script as it
 is, settings untouched, to a few optimizer steps and reports what it saw (or why it cannot be measured: the parent
-turns that into exit code 2). The script runs with stdin closed, in a scratch folder (its checkpoints and logs land
-there, removed with the probe's temporary folder) unless the spec names a folder, and ends by a ScriptStop raised
-from the step hook once the probe has its steps.
+turns that into exit code 2). The script runs with stdin closed, in a scratch folder mirroring the caller's
+(script/mirror.py: it reads the caller's files, its checkpoints and logs land in the scratch folder, removed with
+the probe's temporary folder, and are listed) unless the spec names a folder, and ends by a ScriptStop raised from
+the step hook once the probe has its steps.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import runpy
+import shlex
 import sys
 import tempfile
 import time
@@ -24,6 +27,7 @@ from typing import Any, Callable
 
 import torch
 
+from .. import knobs
 from .. import workload as wl_mod
 from ..probe import apply, failure, lockstep
 from ..probe.evidence import CompileStats
@@ -33,6 +37,7 @@ from ..probe.spec import ProbeSpec
 from ..probe.window import StopRule
 from . import flags
 from .hooks import Hooks, ScriptStop
+from .mirror import Mirror
 
 INSPECT_STEPS = 3  # inspect mode runs this many optimizer steps: enough to see a second optimizer step
 MIN_MEASURED_STEPS = 2  # a script that ends by itself after fewer measured steps than this measured nothing
@@ -65,8 +70,8 @@ class ScriptRun:
     """One run of the script: argv, folder, stdin and stderr set for it; `run` returns how it ended:
     ("stopped", ScriptStop) | ("exit", code) | ("ended", None) | ("raised", exception)."""
 
-    def __init__(self, path: Path, argv: list[str], cwd: Path):
-        self.path, self.argv, self.cwd = path, argv, cwd
+    def __init__(self, path: Path, argv: list[str], cwd: Path, mirror: Mirror | None = None):
+        self.path, self.argv, self.cwd, self.mirror = path, argv, cwd, mirror
         self.output = OutputTail(sys.stderr)
         self.started = time.perf_counter()
 
@@ -77,7 +82,8 @@ class ScriptRun:
         os.chdir(self.cwd)
         sys.stderr = self.output
         try:
-            runpy.run_path(str(self.path), run_name="__main__")
+            with self.mirror or contextlib.nullcontext():
+                runpy.run_path(str(self.path), run_name="__main__")
         except ScriptStop as stop:
             return "stopped", stop
         except SystemExit as exc:
@@ -91,12 +97,20 @@ class ScriptRun:
         return "ended", None
 
 
-def scratch_folder(script: dict[str, Any]) -> Path:
+def working_folder(script: dict[str, Any]) -> tuple[Path, Mirror | None]:
     """Where the script runs: the folder the user named (`cwd`), else a new one in the probe's temporary folder
-    (the runner removes it with the probe)."""
+    (the runner removes it with the probe), mirroring the caller's folder (`home`) when the spec names one that
+    this machine has (a Ray worker on another node may not)."""
     if script.get("cwd"):
-        return Path(script["cwd"])
-    return Path(tempfile.mkdtemp(prefix="script-cwd-", dir=os.environ.get("TMPDIR") or None))
+        return Path(script["cwd"]), None
+    root = Path(tempfile.mkdtemp(prefix="script-cwd-", dir=os.environ.get("TMPDIR") or None))
+    home = Path(script["home"]) if script.get("home") else None
+    return root, Mirror(home, root) if home is not None and home.is_dir() else None
+
+
+def writes(mirror: Mirror | None) -> dict[str, Any]:
+    """What the script wrote in its mirrored folder, for results.json (none: no mirror)."""
+    return {"wrote": mirror.wrote, "wrote_count": mirror.count} if mirror is not None else {}
 
 
 def _sync(device_type: str) -> None:
@@ -114,6 +128,8 @@ class Steps:
     def __init__(self, spec: ProbeSpec, out: dict[str, Any], phase: Callable[[str], None], device_type: str):
         self.spec, self.out, self.raw, self.phase, self.device_type = spec, out, out["raw"], phase, device_type
         self.hooks: Hooks | None = None
+        # A script without a DataLoader whose batch size a flag sets (--map): each backward() is that many samples.
+        self.flag_batch: int | None = None
         self.steps = 0  # optimizer steps ended
         self.warm: WarmUp | None = None  # from the first step on
         self.workers = 0  # the training loader's
@@ -152,7 +168,9 @@ class Steps:
         now = time.perf_counter()
         hooks = self.hooks
         self.steps += 1
-        wait, items, new_epoch = hooks.take_step_input()
+        wait, items, new_epoch, backwards = hooks.take_step_input()
+        if not items and self.flag_batch:
+            items = float(self.flag_batch * max(backwards, 1))
         loss = hooks.read_loss()
         if loss is not None and not math.isfinite(loss):
             self.raw["loss"].append(None)  # JSON has no NaN: kept as null, the probe's loss not finite
@@ -235,7 +253,7 @@ def train(spec: ProbeSpec, phase: Callable[[str], None], out: dict[str, Any], wo
     device_type = torch.device(spec.device).type
     maps = flags.maps_from_json(script.get("map"))
     argv = flags.script_argv(script.get("args") or [], maps, settings, script.get("baseline") or {})
-    cwd = scratch_folder(script)
+    cwd, mirror = working_folder(script)
     out["unit"] = "samples/s"
     mapped = {k for k in maps if k in settings}
     if not {"matmul_precision", "cudnn_benchmark"} & mapped:
@@ -245,8 +263,10 @@ def train(spec: ProbeSpec, phase: Callable[[str], None], out: dict[str, Any], wo
     hooks = steps.hooks = Hooks(path, settings, device_type, apply_knobs=True, mapped=mapped,
                                 train_site=script.get("loader_site"), on_step=steps)
     hooks.before_train_iter = steps.before_train_iter
+    if "batch_size" in maps and not script.get("loader_site"):
+        steps.flag_batch = int(settings["batch_size"])
     phase(f"script: running it, {BEFORE_FIRST_STEP}")
-    run = ScriptRun(path, argv, cwd)
+    run = ScriptRun(path, argv, cwd, mirror)
     hooks.install()
     try:
         how, what = run.run()
@@ -255,7 +275,7 @@ def train(spec: ProbeSpec, phase: Callable[[str], None], out: dict[str, Any], wo
         # Ended by itself (or failed): its measured steps so far are the window.
         steps.window.close(sum(out["raw"]["step_s"]))
     out["extra"]["script"] = {"argv": argv, "cwd": str(cwd), "optimizer_steps": steps.steps,
-                              "ended": _ending(how, what)}
+                              "ended": _ending(how, what), **writes(mirror)}
     out["applied"].update(hooks.applied)
     problem = _problem(how, what, steps.steps, hooks, run, path, settings)
     if problem is None and how != "stopped" and len(out["raw"]["step_s"]) < MIN_MEASURED_STEPS:
@@ -289,8 +309,8 @@ def _problem(how: str, what: Any, steps: int, hooks: Hooks, run: ScriptRun, path
             return Status.DIVERGED, what.message
         if what.kind == "refused":
             return Status.ERROR, f"the script cannot be measured: {what.message}"
-        if what.kind == "lockstep":
-            return Status.ERROR, f"lockstep: {what.message}"
+        if what.kind == "lockstep":  # the pair ended under it: its partner failed (probe/lockstep.py names it)
+            return Status.STOPPED, f"stopped: {lockstep.PARTNER_ENDED} ({what.message})"
         return None
     if how == "raised":
         status, message = failure.classify(what, path, settings)
@@ -351,7 +371,8 @@ def inspect(spec: ProbeSpec, phase: Callable[[str], None]) -> dict[str, Any]:
     hooks = Hooks(path, spec.settings, device_type, apply_knobs=False, mapped=set(maps), train_site=None,
                   on_step=on_step)
     phase(f"script: running it, {BEFORE_FIRST_STEP}")
-    run = ScriptRun(path, list(script.get("args") or []), scratch_folder(script))
+    cwd, mirror = working_folder(script)
+    run = ScriptRun(path, list(script.get("args") or []), cwd, mirror)
     hooks.install()
     try:
         how, what = run.run()
@@ -367,10 +388,8 @@ def inspect(spec: ProbeSpec, phase: Callable[[str], None]) -> dict[str, Any]:
         if hooks.stdin.read_from and isinstance(what, EOFError):
             return _load_error(f"the script read from stdin {BEFORE_FIRST_STEP} and got end-of-file (a probe has "
                                f"no input): {summary}", "pass its input as an argument or a file (after --)", line)
-        hint = (" (script mode runs it in a scratch folder: give absolute paths, or --script-cwd .)"
-                if isinstance(what, FileNotFoundError) else "")
-        return _load_error(f"the script raised {summary} {BEFORE_FIRST_STEP}{hint}",
-                           f"run `python {path.name} {' '.join(run.argv)}` on its own and fix the error", line)
+        return _load_error(f"the script raised {summary} {BEFORE_FIRST_STEP}{_where_it_ran(what, script)}",
+                           f"run `{_own_command(path, run.argv, script)}` on its own and fix the error", line)
     if not seen:
         return _load_error(_no_step_cause(how, what, hooks, run),
                            "script mode times each optimizer.step(): pass the arguments that make it train after "
@@ -378,9 +397,41 @@ def inspect(spec: ProbeSpec, phase: Callable[[str], None]) -> dict[str, Any]:
                            "pass the arguments it needs after -- (e.g. `-- --epochs 1`), and check it runs on its "
                            "own with them")
     facts, script_facts, baseline = _facts(hooks, device_type, len(seen))
+    script_facts.update(writes(mirror))
+    if hooks.train_loader is None and "batch_size" in maps:
+        given = maps["batch_size"].value_in(list(script.get("args") or []))
+        if given is None:
+            return _load_error(f"the script builds no DataLoader, so its batch size is the flag mapped to "
+                               f"batch_size ({maps['batch_size'].flag}), and its arguments do not give it",
+                               f"pass its batch size after -- as the script takes it (e.g. "
+                               f"{' '.join(maps['batch_size'].argv(knobs.KNOBS['batch_size'].default))}), so the "
+                               "baseline is what you run")
+        baseline["batch_size"] = given
+        script_facts["batch_size_from"] = {"flag": maps["batch_size"].flag, "value": given}
     return {"status": "ok", "facts": facts, "baseline": baseline, "search": flags.search_values(maps),
-            "item_name": "samples" if hooks.train_loader is not None else "steps", "optional": [],
+            "item_name": "samples" if hooks.train_loader is not None or "batch_size" in baseline else "steps",
+            "optional": [],
             "script": script_facts}
+
+
+def _where_it_ran(exc: BaseException, script: dict[str, Any]) -> str:
+    """For a file not found: the folder a relative path was read from."""
+    if not isinstance(exc, FileNotFoundError):
+        return ""
+    if script.get("cwd"):
+        return f" (it ran in {script['cwd']}, the --script-cwd folder)"
+    if script.get("home"):
+        return f" (relative paths are read from {script['home']}, where tune-advisor ran)"
+    return " (it ran in an empty scratch folder)"
+
+
+def _own_command(path: Path, argv: list[str], script: dict[str, Any]) -> str:
+    """The command that reproduces the failure on its own: as run from where tune-advisor ran (the script's path
+    relative to it when inside), or from the --script-cwd folder."""
+    home = script.get("home")
+    shown = os.path.relpath(path, home) if home and Path(path).is_relative_to(home) else str(path)
+    command = shlex.join(["python", shown, *argv])
+    return f"cd {shlex.quote(str(script['cwd']))} && {command}" if script.get("cwd") else command
 
 
 def _load_error(cause: str, fix: str, line: int | None = None) -> dict[str, Any]:

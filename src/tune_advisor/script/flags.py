@@ -2,11 +2,17 @@
 own command-line flag, and shows the recommendation as the command line to run. Pure Python (no torch).
 
     batch_size=--batch-size          the knob's value is the flag's argument: --batch-size 128
-    channels_last=--channels-last    a bool knob: the bare flag when true, nothing when false (argparse store_true)
+    batch_size=--batch_size=         a FLAG ending in '=' takes its value joined: --batch_size=128 (configurator,
+                                     absl, fire style)
+    batch_size=training.batch_size=  ... also without a dash: a Hydra-style override, training.batch_size=128
+    channels_last=--channels-last    a bool knob: the bare flag when true, nothing when false (argparse store_true);
+                                     a joined flag always carries the value (--compile=True, --compile=False)
     amp=--precision:bf16             only these values go through the flag: --precision bf16
     amp=--precision:bf16=bf16-mixed  ... with the script's own spelling of the value: --precision bf16-mixed
 
-A knob at the script's own (baseline) value adds no flag: the script's default or the user's arguments stand.
+A knob at the script's own (baseline) value adds no flag: the script's default or the user's arguments stand. A
+mapped flag the user's arguments already give is replaced where it stands (Hydra refuses a key given twice);
+otherwise it is appended.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from typing import Any, Iterable, Mapping
 from .. import knobs
 from ..errors import UsageError
 
+MAX_NOTED_WRITES = 10  # paths a report's note names of what the script wrote
 MAP_HELP = "KNOB=FLAG, KNOB=FLAG:VALUE or KNOB=FLAG:VALUE=ARG (e.g. batch_size=--batch-size, amp=--precision:bf16)"
 
 
@@ -29,13 +36,53 @@ class FlagMap:
     flag: str
     values: dict[Any, str] = field(default_factory=dict)
 
+    @property
+    def joined(self) -> bool:
+        """Whether the value is joined to the flag (`--batch_size=64`, `training.batch_size=64`)."""
+        return self.flag.endswith("=")
+
     def argv(self, value: Any) -> list[str]:
         """The arguments that set the knob to `value` ([] when the flag cannot express it)."""
         if self.values:
-            return [self.flag, self.values[value]] if value in self.values else []
-        if knobs.KNOBS[self.knob].type is bool:
+            arg = self.values.get(value)
+        elif knobs.KNOBS[self.knob].type is bool and not self.joined:
             return [self.flag] if value else []
-        return [self.flag, str(value)]
+        else:
+            arg = str(value)
+        if arg is None:
+            return []
+        return [self.flag + arg] if self.joined else [self.flag, arg]
+
+    def given(self, args: list[str]) -> tuple[int, int] | None:
+        """Where the user's `args` already give this flag: (index, how many arguments), the last occurrence."""
+        found = None
+        for i, arg in enumerate(args):
+            if self.joined and arg.startswith(self.flag):
+                found = (i, 1)
+            elif not self.joined and arg.startswith(self.flag + "="):
+                found = (i, 1)
+            elif not self.joined and arg == self.flag:
+                bare = knobs.KNOBS[self.knob].type is bool and not self.values
+                found = (i, 1 if bare or i + 1 == len(args) else 2)
+        return found
+
+    def value_in(self, args: list[str]) -> Any:
+        """The knob value the user's `args` set through this flag (None: not given, or not a value of the knob)."""
+        where = self.given(args)
+        if where is None:
+            return None
+        i, n = where
+        if n == 2:
+            text = args[i + 1]
+        elif self.joined or "=" in args[i]:
+            text = args[i][len(self.flag):] if self.joined else args[i].partition("=")[2]
+        else:
+            return True  # a bare bool flag
+        spelled = {arg: value for value, arg in self.values.items()}
+        try:
+            return spelled[text] if text in spelled else knobs.KNOBS[self.knob].parse(text)
+        except ValueError:
+            return None
 
     def to_dict(self) -> dict[str, Any]:
         """results.json's form: {"flag": "--precision", "values": {"bf16": "bf16"}} (values {} for every value)."""
@@ -57,8 +104,9 @@ def parse_map(text: str) -> FlagMap:
     if knob not in knobs.KNOBS:
         raise UsageError(f"{where}: {knobs.unknown_knob_message(knob)}")
     flag, colon, spec = rest.strip().partition(":")
-    if not flag.startswith("-") or any(c.isspace() for c in flag) or len(flag.strip("-")) == 0:
-        raise UsageError(f"{where}: '{flag}' is not a flag; a flag starts with '-' (e.g. --batch-size)")
+    if any(c.isspace() for c in flag) or not flag.strip("-=") or not (flag.startswith("-") or flag.endswith("=")):
+        raise UsageError(f"{where}: '{flag}' is not a flag; a flag starts with '-' (e.g. --batch-size), or ends "
+                         "with '=' to take its value joined (--batch_size=, or a Hydra-style training.batch_size=)")
     values: dict[Any, str] = {}
     if colon:
         items = [item.strip() for item in spec.split(",")]
@@ -104,13 +152,19 @@ def search_values(maps: Mapping[str, FlagMap]) -> dict[str, list]:
 
 def script_argv(args: Iterable[str], maps: Mapping[str, FlagMap], settings: Mapping[str, Any],
                 baseline: Mapping[str, Any]) -> list[str]:
-    """The script's arguments for `settings`: the user's, then the flags of the mapped knobs that differ from the
-    baseline (argparse keeps an option's last occurrence, so an appended flag overrides the user's)."""
+    """The script's arguments for `settings`: the user's, with the flags of the mapped knobs that differ from the
+    baseline put where the user gave them, else appended (argparse and configurator-style scripts keep an option's
+    last occurrence; Hydra refuses a key given twice)."""
     argv = list(args)
     for knob, m in maps.items():
         value = settings.get(knob)
-        if knob in settings and value != baseline.get(knob):
+        if knob not in settings or value == baseline.get(knob):
+            continue
+        where = m.given(argv)
+        if where is None:
             argv += m.argv(value)
+        elif m.argv(value):
+            argv[where[0]:where[0] + where[1]] = m.argv(value)
     return argv
 
 
@@ -132,3 +186,22 @@ def unmapped_changes(maps: Mapping[str, FlagMap], settings: Mapping[str, Any],
 
 def _text(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def script_notes(facts: Mapping[str, Any], probes: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The report's notes on a script's run: where its batch size came from when no DataLoader shows it, and what
+    it wrote (in each probe's scratch folder, not the caller's tree: script/mirror.py), from the inspection's facts
+    (`workload.facts.extra.script`) and the probes' records."""
+    notes = []
+    given = facts.get("batch_size_from")
+    if given:
+        notes.append(f"batch size: the script builds no DataLoader, so batch_size is its {given['flag']} flag: "
+                     f"{given['value']} on its command line (the baseline), {given['value']} samples per backward()")
+    wrote: dict[str, None] = dict.fromkeys(facts.get("wrote") or [])
+    for probe in probes:
+        wrote.update(dict.fromkeys(((probe.get("extra") or {}).get("script") or {}).get("wrote") or []))
+    if wrote:
+        shown = list(wrote)[:MAX_NOTED_WRITES]
+        more = f" and {len(wrote) - len(shown)} more" if len(wrote) > len(shown) else ""
+        notes.append(f"the script wrote {', '.join(shown)}{more}: in each probe's scratch folder, not in yours")
+    return notes

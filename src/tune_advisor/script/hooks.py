@@ -5,7 +5,8 @@
 - `Optimizer.__init__`: finds the model (the outermost module holding the optimizer's parameters) and applies the
   model knobs to it: checkpointing, channels_last, autocast around its forward (channels_last inputs too), compile.
 - a global optimizer step post-hook: each `optimizer.step()` ends a training step (`on_step`).
-- `Tensor.backward`: the last scalar it was called on is the step's loss (for loss parity).
+- `Tensor.backward`: the last scalar it was called on is the step's loss (for loss parity); the scalars it was
+  called on between two steps are the step's micro-batches (a script without a DataLoader counts its samples so).
 - `multiprocessing`'s `Process.start`, `subprocess.Popen` and `os.fork` called from the script's own code: refused
   before a process starts (script mode measures one process; DataLoader workers and torch's own processes are
   started by library code, and pass); `sys.stdin`: empty, and a read is noted.
@@ -132,6 +133,7 @@ class Hooks:
         self.own_autocast = False
         self.own_compile = False
         self.loss = None  # the last scalar backward() was called on
+        self.backwards = 0  # scalars backward() was called on since the last step: micro-batches
         self.refused: str | None = None
         self.stdin = ClosedStdin()
         self._records: dict[int, dict[str, Any]] = {}  # id(DataLoader) -> its record
@@ -253,10 +255,11 @@ class Hooks:
         if len(self.shapes) < 64:
             self.shapes.add(sample_shape(batch))
 
-    def take_step_input(self) -> tuple[float, float, bool]:
-        """(data wait seconds, samples, began an epoch) since the last step, then reset."""
-        taken = (self.wait_s, self.items, self.new_epoch)
-        self.wait_s, self.items, self.batches, self.new_epoch = 0.0, 0.0, 0, False
+    def take_step_input(self) -> tuple[float, float, bool, int]:
+        """(data wait seconds, samples, began an epoch, micro-batches through backward()) since the last step, then
+        reset."""
+        taken = (self.wait_s, self.items, self.new_epoch, self.backwards)
+        self.wait_s, self.items, self.batches, self.new_epoch, self.backwards = 0.0, 0.0, 0, False, 0
         return taken
 
     # --- the optimizer and the model ---------------------------------------------------------------------------
@@ -318,6 +321,7 @@ class Hooks:
         def backward(tensor, *args, **kwargs):
             if tensor.numel() == 1:
                 hooks.loss = tensor.detach()
+                hooks.backwards += 1
             return original(tensor, *args, **kwargs)
 
         return backward
