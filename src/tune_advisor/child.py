@@ -2,8 +2,9 @@
 forked by probe/zygote.py. It picks the driver for the spec and leaves RESULT.json behind (probe/outcome.py):
 
     inspect  a workload file: probe/inspection.py; a plain script: script/driver.py `inspect`
-    probe    a workload file (a framework adapter's too): probe/training.py; a plain script: script/driver.py
-             `train`; a torchrun rank joins its DDP group first and plugs it into the training (distributed/rank.py)
+    probe    a workload file: probe/training.py; a Trainer or LightningModule: its own loop, probe/loop.py; a plain
+             script: script/driver.py `train`; a torchrun rank joins its DDP group first and plugs it into the
+             training (distributed/rank.py), a framework's too (its adapted parts in probe/training.py's loop)
 
 It sits above probe/, script/ and distributed/, so that each of those imports only downward; the process machinery
 names it (probe/process.py CHILD_MODULE) and imports nothing of it. Nothing torch-heavy is imported at the top:
@@ -12,15 +13,18 @@ the drivers are imported once the child's clock runs (outcome.measure).
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable
 
 from .probe.outcome import Phase, measure, write_result
+from .probe.process import DIE_WITH, children_die_with_this, die_with_parent
 from .probe.spec import ProbeSpec
 
 
 def main(argv: list[str]) -> int:
+    children_die_with_this()  # loader workers paused with this probe must not outlive it
     spec = ProbeSpec.from_json(Path(argv[0]).read_text())
     result_path = Path(argv[1])
     phase = Phase(result_path)
@@ -66,8 +70,16 @@ def drive(spec: ProbeSpec, phase: Callable[[str], None], out: dict[str, Any], wo
         from .distributed import rank
 
         group = rank.setup(spec)
-    training.train(spec, phase, out, workdir, group)
+    wl = training.load(spec, phase, out)
+    if wl.loop is not None and group is None:  # a Trainer or LightningModule: measured through its own loop
+        from .probe import loop
+
+        loop.train(spec, phase, out, workdir, wl)
+        return
+    training.train(spec, phase, out, workdir, group, wl)
 
 
 if __name__ == "__main__":
+    if DIE_WITH in os.environ:  # started as a new process (probe/process.py Spawned), not forked by a zygote
+        die_with_parent(int(os.environ.pop(DIE_WITH)))
     sys.exit(main(sys.argv[1:]))

@@ -46,3 +46,34 @@ def test_a_lightning_module_is_analysed_and_advised_as_dataloader_arguments(tmp_
     assert workers > 0
     report = (result.out_dir / "report.md").read_text()
     assert "# DataLoader(...) in train_dataloader()" in report and f"+ num_workers={workers}," in report
+
+
+def analyze_batch(name, tmp_path):
+    # Only the batch-size ladder of one rung (the fixtures' SEARCH): the test checks that the framework's own loop
+    # runs and is measured, whatever it decides.
+    options = api.AnalyzeOptions(out=tmp_path / "out", device="cpu", protocol=FAST, budget="3m",
+                                 only_knobs=["batch_size"])
+    result = api.analyze(WORKLOADS / name, options)
+    saved = results.read(result.results_path)
+    assert result.baseline.ok and all(p["status"] == "ok" for p in saved["probes"])
+    return result, saved
+
+
+@pytest.mark.parametrize("name, framework, config, key, value", [
+    # manual optimization, two optimizers: it trains only under a real lightning.Trainer
+    ("tiny_gan.py", "lightning", "config", "automatic_optimization", False),
+    # self.trainer, self.current_epoch and a per-step schedule
+    ("tiny_scheduled.py", "lightning", "config", "module_class", "Scheduled"),
+    # a Trainer subclass with its own compute_loss, a dynamic-padding collator, a cosine schedule
+    ("tiny_compute_loss.py", "hf", "config", "trainer_class", "SmoothedTrainer"),
+])
+def test_code_as_written_is_measured_through_its_frameworks_own_loop(tmp_path, name, framework, config, key, value):
+    result, saved = analyze_batch(name, tmp_path)
+    assert saved["workload"]["framework"]["name"] == framework
+    assert saved["workload"]["framework"][config][key] == value
+    # every probe ran the framework's loop: its arguments recorded, FLOPs and profiler left to it
+    for probe in saved["probes"]:
+        arguments = "training_arguments" if framework == "hf" else "trainer_arguments"
+        assert arguments in probe["applied"]
+        assert probe["extra"]["collectors"]["flops"].startswith("skipped: the framework's own loop")
+    assert (result.out_dir / "report.md").is_file()

@@ -11,10 +11,11 @@ import torch
 
 from tune_advisor import frameworks, knobs, workload
 from tune_advisor.errors import WorkloadError
-from tune_advisor.frameworks import hf
+from tune_advisor.frameworks import hf, hf_loop
 from tune_advisor.render import markdown, view
 
-from ..conftest import BAD, FIXTURES, golden
+from ..conftest import BAD, FIXTURES, WORKLOADS, golden
+from ..fakes import StopAfter
 
 
 def args(**changed):
@@ -56,18 +57,47 @@ def test_the_fixture_loads_as_a_trainer_workload():
     assert model.training and torch.allclose(loss, model(**batch).loss)  # the fixture has no dropout
 
 
-def test_each_micro_batch_pays_the_trainers_own_per_step_work():
-    # GIVEN the fixture's Trainer handed over as build_trainer() returns it
-    module = __import__("runpy").run_path(str(FIXTURES / "hf_trainer.py"))
-    trainer = module["build_trainer"]()
-    adapted = hf.adapt(SimpleNamespace(build_trainer=lambda: trainer), "hf_trainer.py", lambda label, f: f())
-    batch = adapted.collate_fn([adapted.build_dataset()[i] for i in range(2)])
-    # WHEN a probe computes one micro-batch's loss
-    trainer.model.eval()
-    adapted.compute_loss(trainer.model, batch)
-    # THEN the Trainer's per-micro-batch work ran with it: train mode and the FLOP count trainer.train() logs
-    assert trainer.model.training
-    assert trainer.current_flos == trainer.floating_point_ops(batch) > 0
+def test_a_probe_runs_trainer_train_with_the_settings_as_training_arguments(tmp_path):
+    # GIVEN the tiny Trainer (batch 8, accumulation 4) and settings with a batch of 16 and two loader workers
+    wl = workload.load(WORKLOADS / "tiny_trainer.py")
+    settings = knobs.full_settings({**wl.baseline, "batch_size": 16, "num_workers": 2, "prefetch_factor": 2})
+    probe = StopAfter(6)
+    # WHEN a probe runs the framework's own loop
+    applied = wl.loop.run(settings, "cpu", probe, tmp_path)
+    # THEN trainer.train() ran until the probe stopped it: the fields set (the effective batch of 32 kept through
+    # accumulation 2), each micro-batch a step of a cycle of 2, the Trainer's loss at each optimizer step
+    fields = applied["training_arguments"]
+    assert fields["per_device_train_batch_size"] == 16 and fields["gradient_accumulation_steps"] == 2
+    assert fields["dataloader_num_workers"] == 2
+    cycle, per_step, loader = probe.started_with
+    assert (cycle, per_step) == (2, 1) and len(loader) == 256 // 16 and loader.num_workers == 2
+    assert probe.losses[0::2] == [None] * 3 and all(3.0 < loss < 5.0 for loss in probe.losses[1::2])  # ln(64)
+    # AND what the Trainer writes goes to the probe's scratch folder
+    trainer = wl.loop.run.args[1]
+    assert trainer.state.global_step == 3
+    assert trainer.args.output_dir == str(tmp_path / "trainer") and trainer.args.save_strategy == "no"
+
+
+def test_a_trainer_subclass_with_its_own_compute_loss_trains_through_it(tmp_path):
+    wl = workload.load(WORKLOADS / "tiny_compute_loss.py")
+    assert wl.framework["config"]["trainer_class"] == "SmoothedTrainer"
+    probe = StopAfter(4)
+    wl.loop.run(knobs.full_settings(wl.baseline), "cpu", probe, tmp_path)
+    assert probe.started_with[:2] == (2, 1) and wl.loop.run.args[1].state.global_step == 2
+
+
+@pytest.mark.parametrize("knob, value, field, expected", [
+    ("amp", "bf16", "bf16", True),
+    ("checkpointing", True, "activation_checkpointing", True),
+    ("compile", "max-autotune", "torch_compile_mode", "max-autotune"),
+    ("num_workers", 0, "dataloader_prefetch_factor", None),
+])
+def test_a_probes_settings_become_training_arguments_fields(knob, value, field, expected):
+    settings = knobs.full_settings({"batch_size": 8, knob: value})
+    found, rest = hf_loop.fields(hf.arguments, settings, config(), "cpu", hf.OptimizerStep(8, 4),
+                                 {"activation_checkpointing"})
+    assert found[field] == expected and found["gradient_accumulation_steps"] == 4 and found["use_cpu"]
+    assert "tf32" not in found  # refused without a GPU that has it: the matmul knob is set globally instead
 
 
 def test_the_trainers_optimizer_groups_follow_its_weight_decay():

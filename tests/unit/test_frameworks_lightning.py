@@ -10,10 +10,11 @@ import torch
 
 from tune_advisor import knobs, workload
 from tune_advisor.errors import WorkloadError
-from tune_advisor.frameworks import OptimizerStep, lightning
+from tune_advisor.frameworks import OptimizerStep, lightning, lightning_loop
 from tune_advisor.render import view
 
-from ..conftest import BAD, FIXTURES, golden
+from ..conftest import BAD, FIXTURES, WORKLOADS, golden
+from ..fakes import StopAfter
 
 HEADER = """\
     import lightning as L
@@ -133,6 +134,64 @@ def test_a_datamodule_beside_the_module_gives_the_data(tmp_path):
     assert len(wl.call("build_dataset")) == 40
 
 
+def test_a_module_with_manual_optimization_and_two_optimizers_trains_in_lightnings_loop(tmp_path):
+    # GIVEN a GAN: automatic_optimization = False, self.optimizers(), manual_backward, two optimizers
+    wl = workload.load(WORKLOADS / "tiny_gan.py")
+    assert wl.framework["config"]["automatic_optimization"] is False
+    probe = StopAfter(3)
+    # WHEN a probe runs the framework's own loop at a batch of 64
+    applied = wl.loop.run(knobs.full_settings({**wl.baseline, "batch_size": 64}), "cpu", probe, tmp_path)
+    # THEN Lightning's Trainer ran its training_step, both optimizers stepping, until the probe stopped it; the
+    # batch went to the DataLoader, and no accumulation was asked of a module that steps by itself
+    module = wl.loop.run.args[2]
+    assert len(module.trainer.optimizers) == 2 and module.trainer.global_step == 6  # each optimizer 3 times
+    assert applied["dataloader_arguments"] == {"batch_size": 64, "num_workers": 0, "pin_memory": False}
+    assert "accumulate_grad_batches" not in applied["trainer_arguments"]
+    assert probe.started_with[:2] == (1, 1) and probe.started_with[2].batch_size == 64
+    assert len(probe.losses) == 3 and all(loss > 0 for loss in probe.losses)
+
+
+def test_a_module_that_reads_its_trainer_and_steps_its_schedule_each_step(tmp_path):
+    # GIVEN a module whose configure_optimizers reads self.trainer and whose schedule steps every step,
+    # with accumulate_grad_batches=2 in TRAINER_ARGS
+    wl = workload.load(WORKLOADS / "tiny_scheduled.py")
+    probe = StopAfter(4)
+    # WHEN a probe runs at twice the batch
+    applied = wl.loop.run(knobs.full_settings({**wl.baseline, "batch_size": 64}), "cpu", probe, tmp_path)
+    # THEN the effective batch of 64 is kept (accumulation 2 → 1) and the scheduler stepped with each step
+    assert applied["trainer_arguments"]["accumulate_grad_batches"] == 1 and probe.started_with[0] == 1
+    module = wl.loop.run.args[2]
+    schedule = module.trainer.lr_scheduler_configs[0].scheduler
+    assert module.trainer.global_step == 4 and schedule.last_epoch == 4
+
+
+def test_inspection_runs_one_step_of_lightnings_own_loop(tmp_path):
+    # a step by hand outside a Trainer cannot run a module that reads its Trainer: inspection runs Lightning's
+    wl = workload.load(WORKLOADS / "tiny_scheduled.py")
+    wl.loop.first_step("cpu")
+    assert isinstance(wl.call("build_optimizer", None), torch.optim.AdamW)
+
+
+def test_a_manual_optimization_module_is_not_advised_an_accumulation_lightning_refuses_it():
+    config = {"trainer_args": {"precision": "32-true"}, "automatic_optimization": False}
+    base, recommended = {"batch_size": 32}, {"batch_size": 64}
+    assert "accumulate_grad_batches" not in lightning.recommendation(base, recommended, config)
+    note = lightning.batch_note(base, recommended, config)
+    assert "manual optimization" in note and "scale the learning rate about 2x" in note
+
+
+@pytest.mark.parametrize("settings, trainer, loader, code", [
+    ({"amp": "bf16", "cudnn_benchmark": True}, {"precision": "bf16-mixed", "benchmark": True}, {}, []),
+    ({"num_workers": 2, "persistent_workers": True}, {}, {"num_workers": 2, "persistent_workers": True}, []),
+    ({"num_workers": 0, "persistent_workers": True}, {}, {"num_workers": 0}, []),
+    ({"compile": "default", "channels_last": True}, {}, {}, ["compile", "channels_last"]),
+])
+def test_a_probes_settings_become_trainer_and_dataloader_arguments(settings, trainer, loader, code):
+    found = lightning_loop.settings_split(lightning.arguments, knobs.full_settings({"batch_size": 8, **settings}))
+    assert trainer.items() <= found[0].items() and loader.items() <= found[1].items()
+    assert set(code) <= set(found[2])
+
+
 def test_the_recommendation_is_trainer_and_dataloader_arguments():
     base = knobs.full_settings({"batch_size": 32})
     rec = {**base, "amp": "bf16", "num_workers": 4, "batch_size": 64, "matmul_precision": "medium"}
@@ -193,14 +252,10 @@ def test_build_module_that_is_not_a_function(tmp_path):
 
 
 @pytest.mark.parametrize("optimizers, loader, extra, cause", [
-    ("opt = torch.optim.SGD(self.parameters(), lr=0.1)\n        return [opt, torch.optim.SGD(self.parameters(), "
-     "lr=0.2)]", "batch_size=8", "", "returns 2 optimizers"),
     ("return None", "batch_size=8", "", "returns no optimizer"),
     ("return torch.optim.SGD(self.parameters(), lr=0.1)", "batch_sampler=[[0, 1], [2, 3]]", "", "batch_sampler"),
     ("return torch.optim.SGD(self.parameters(), lr=0.1)", "batch_size=8", "TRAINER_ARGS = {'precision': 'bf16-true'}\n",
      "precision='bf16-true' is not one the advisor probes"),
-    ("return torch.optim.SGD(self.parameters(), lr=0.1)", "batch_size=8",
-     "Module.automatic_optimization = False\n", "automatic_optimization = False"),
     ("return torch.optim.SGD(self.parameters(), lr=0.1)", "batch_size=8",
      "TRAINER_ARGS = {'gradient_clip_algorithm': 'max'}\n", "gradient_clip_algorithm='max' is not one Lightning"),
     ("return torch.optim.SGD(self.parameters(), lr=0.1)", "batch_size=8",

@@ -31,11 +31,19 @@ class Inspection:
 
 
 def inspect_workload(path: str | Path, device: str, workdir: Path,
-                     timeout_s: float = INSPECT_TIMEOUT_S, script: dict[str, Any] | None = None) -> Inspection:
+                     timeout_s: float = INSPECT_TIMEOUT_S, script: dict[str, Any] | None = None,
+                     as_workload: bool = False) -> Inspection:
     """Load and check the workload in a child process. Raises WorkloadError (exit 2) for every load problem.
-    `script`: a plain script (script mode), run to its first optimizer steps as `python FILE ARGS` would."""
+    `script`: a plain script (script mode), run to its first optimizer steps as `python FILE ARGS` would. Without
+    it, a file workload.is_script takes for a script is refused before it runs (it would train at import), unless
+    `as_workload` (--workload, or analyze's own decision)."""
     shown = str(path)
     resolved = workload_mod.check_file(path)
+    if script is None and not as_workload and workload_mod.is_script(resolved):
+        raise WorkloadError(shown, "is a plain training script (no build_model() the tool can call with no "
+                                   "arguments, or a __main__ block that trains), and this command measures workload "
+                                   "files", f"analyse it as a script: tune-advisor analyze {shown} -- ARGS; or, if it "
+                                            "is a workload file, load it as one with --workload")
     spec = ProbeSpec(id="inspect", workload=str(resolved), settings=knobs.full_settings(), device=device,
                      timeout_s=timeout_s, mode="inspect", script=script)
     run = spawn_child(spec, workdir)

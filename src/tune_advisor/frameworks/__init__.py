@@ -11,9 +11,10 @@ import difflib
 from types import ModuleType
 from typing import Any, Callable
 
-from .common import Adapted, OptimizerStep
+from .common import Adapted, Loop, LoopProbe, OptimizerStep
 
-__all__ = ["Adapted", "OptimizerStep", "ENTRY", "adapt", "batch_note", "install_hint", "kind_of", "misspelled_entry", "recommendation"]
+__all__ = ["Adapted", "Loop", "LoopProbe", "OptimizerStep", "ENTRY", "adapt", "batch_note", "install_hint", "kind_of",
+           "misspelled_entry", "recommendation"]
 
 # The entry function that marks each kind, in the order they are checked after the plain contract
 # (build_model/build_dataset), which always wins.
@@ -92,6 +93,23 @@ def batch_note(framework: dict[str, Any], base: dict[str, Any], recommended: dic
 
         return lightning.batch_note(base, recommended, config)
     return None
+
+
+# Where each framework's configuration (results.json `workload.framework.config`) holds its gradient accumulation.
+ACCUMULATION = {"hf": ("args", "gradient_accumulation_steps"), "lightning": ("trainer_args", "accumulate_grad_batches")}
+
+
+def accumulation_steps(framework: dict[str, Any] | None) -> int | None:
+    """The micro-batches per optimizer step the user's framework configuration sets, which a batch-size change
+    rescales to keep the effective batch (batch_note); None for a plain workload."""
+    from .common import steps
+
+    name, config = _parts(framework)
+    if name not in ACCUMULATION:
+        return None
+    section, key = ACCUMULATION[name]
+    values = config.get(section)
+    return steps(values.get(key) if isinstance(values, dict) else None)
 
 
 def _parts(framework: Any) -> tuple[str | None, dict[str, Any]]:

@@ -1,6 +1,6 @@
-"""What both adapters share: the Adapted parts, the framework's optimizer step (accumulation and clipping), the
-framework import with its install hint, the effective batch kept through gradient accumulation when the batch size
-changes, and values written as the user writes them."""
+"""What both adapters share: the Adapted parts, the probe their own loops report to (LoopProbe, Loop), the
+framework's optimizer step (accumulation and clipping), the framework import with its install hint, the effective
+batch kept through gradient accumulation when the batch size changes, and values written as the user writes them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import enum
 import json
 import importlib
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Protocol
 
 from ..errors import WorkloadError
 
@@ -31,6 +32,35 @@ class OptimizerStep:
         return accumulation(self.batch_size, self.accumulate, batch_size)[0]
 
 
+class LoopProbe(Protocol):
+    """The measuring side of a probe, as the framework's own loop reports to it (probe/loop.py implements it)."""
+
+    def started(self, loader: Any, cycle: int, per_step: int = 1) -> None:
+        """The training loop is about to read its first batch from `loader`; `cycle`: steps per optimizer step;
+        `per_step`: batches each step reads."""
+
+    def step_ended(self, loss: float | None) -> bool:
+        """A training step ended (its loss when the loop shows it); True: stop training now."""
+
+    def optimizer_impl(self, optimizer: Any) -> Any:
+        """The optimizer rebuilt with the probe's optimizer_impl (no framework argument holds it)."""
+
+    def prepare_model(self, model: Any) -> dict[str, Any]:
+        """The model knobs no framework argument holds (channels_last, checkpointing) applied; their evidence."""
+
+
+@dataclass(frozen=True)
+class Loop:
+    """The framework's own training loop, run for a probe: `run(settings, device, probe, scratch)` trains with the
+    settings applied as the framework's arguments until `probe.step_ended` says stop, the framework's output (logs,
+    checkpoints) in `scratch`, and returns what it set (the result's `applied`). `first_step(device)`, where set:
+    one step of that loop as the user's settings run it, inspection's check that the object trains (where a step
+    by hand outside the loop cannot run: a module that reads its Trainer)."""
+
+    run: Callable[[dict[str, Any], str, LoopProbe, Path], dict[str, Any]]
+    first_step: Callable[[str], None] | None = None
+
+
 @dataclass
 class Adapted:
     """What a framework object gives the engine: the plain workload's functions and the user's settings.
@@ -50,6 +80,7 @@ class Adapted:
     baseline: dict[str, Any]
     config: dict[str, Any] = field(default_factory=dict)
     optimizer_step: OptimizerStep | None = None  # None: one optimizer step per batch, no clipping
+    loop: Loop | None = None  # the framework's own loop, which probes measure
 
 
 def require(name: str, extra: str, shown: str, entry: str):

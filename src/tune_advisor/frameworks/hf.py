@@ -1,20 +1,22 @@
 """The Hugging Face Trainer adapter: a workload file's `build_trainer()` returns a `transformers.Trainer`.
 
-The engine trains the Trainer's model on its train_dataset with its data collator, its optimizer and its loss
-(`Trainer.compute_loss`, so a subclass's loss counts); the baseline is read from its `TrainingArguments`, and the
-recommendation is written back as the TrainingArguments fields to change (`FIELDS` and `arguments`: the one
-table between knobs and fields). transformers is imported only when such a file is loaded.
+Probes run the Trainer's own loop, `trainer.train()` (hf_loop.py); its model, train_dataset, data collator,
+optimizer and loss (`Trainer.compute_loss`, so a subclass's loss counts) serve inspection; the baseline is read from
+its `TrainingArguments`, and the recommendation is written back as the TrainingArguments fields to change (`FIELDS`
+and `arguments`: the one table between knobs and fields, which probes apply too). transformers is imported only
+when such a file is loaded.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any, Callable
 
 from .. import knobs
 from ..errors import WorkloadError
-from .common import Adapted, OptimizerStep, accumulation, accumulation_note, literal, steps, plain, require
+from .common import Adapted, Loop, OptimizerStep, accumulation, accumulation_note, literal, steps, plain, require
 
 ENTRY = "build_trainer"
 FIX_RETURN = "return the transformers.Trainer you would call .train() on from build_trainer()"
@@ -133,27 +135,20 @@ def adapt(module: Any, shown: str, call: Callable):
         trainer.optimizer = None  # a fresh one per call, as TrainingArguments' optim and weight decay say
         return trainer.create_optimizer()
 
-    import torch  # here: the recommendation's renderers import this module without training anything
+    from . import hf_loop  # here: the recommendation's renderers import this module without training anything
 
-    nan_filter = bool(getattr(args, "logging_nan_inf_filter", False))
-
-    def compute_loss(model, batch):
-        # What trainer.train() does for every micro-batch besides the loss itself, so that a probe's step costs
-        # what the user's does (2-3% of a small model's step on CPU): train mode, the FLOP count it logs, the
-        # finiteness check of the loss it logs (a device sync on a GPU, as there).
+    def compute_loss(model, batch):  # inspection's first loss, and the FLOP counter's step
         model.train()
-        loss = trainer.compute_loss(model, batch)
-        trainer.current_flos += float(trainer.floating_point_ops(batch))
-        if nan_filter:
-            bool(torch.isnan(loss.detach()) or torch.isinf(loss.detach()))
-        return loss
+        return trainer.compute_loss(model, batch)
 
+    rule = optimizer_step(args)
     first = _first_batch(dataset, collate, call)
     tokens = isinstance(first, Mapping) and "attention_mask" in first
     return Adapted(framework="hf", build_model=lambda: trainer.model, build_dataset=lambda: dataset,
                    compute_loss=compute_loss, build_optimizer=build_optimizer, collate_fn=collate,
                    count_items=count_tokens if tokens else None, item_name="tokens" if tokens else "samples",
-                   baseline=baseline(args, optimizer), config=config, optimizer_step=optimizer_step(args))
+                   baseline=baseline(args, optimizer), config=config, optimizer_step=rule,
+                   loop=Loop(functools.partial(hf_loop.run, arguments, trainer, supplied, config, rule)))
 
 
 def optimizer_step(args: Any) -> OptimizerStep:

@@ -1,7 +1,8 @@
 """The Lightning adapter: a workload file's `build_module()` returns a `LightningModule`.
 
-The engine trains the module's `training_step` loss with the optimizer from `configure_optimizers`, on the dataset
-and collate function of its `train_dataloader()` (or of `build_datamodule()`'s). The baseline comes from that
+Probes run Lightning's own loop, a real `Trainer.fit` (lightning_loop.py); the module's parts (its
+`training_step`, the optimizer from `configure_optimizers`, the dataset and collate function of its
+`train_dataloader()` or of `build_datamodule()`'s) serve inspection. The baseline comes from that
 DataLoader's arguments and from `TRAINER_ARGS`, the file's copy of the `Trainer(...)` arguments it trains with
 (precision, accumulate_grad_batches, benchmark); the recommendation is written as Trainer(...) and DataLoader(...)
 arguments (`PRECISION`, `LOADER`, `CODE`, `arguments`: the one table between knobs and Lightning). lightning and
@@ -11,6 +12,7 @@ reports render without them.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import warnings
 from collections.abc import Mapping
@@ -18,7 +20,7 @@ from typing import Any, Callable
 
 from .. import knobs
 from ..errors import WorkloadError
-from .common import Adapted, OptimizerStep, accumulation, accumulation_note, literal, steps, require
+from .common import Adapted, Loop, OptimizerStep, accumulation, accumulation_note, literal, steps, require
 
 ENTRY = "build_module"
 # Trainer(precision=...) values and the amp knob they mean; "32"/32 are Lightning's older spellings.
@@ -61,6 +63,7 @@ def arguments(knob: str, value: Any) -> tuple[str, dict[str, Any] | str]:
 
 def adapt(module: Any, shown: str, call: Callable) -> Adapted:
     """The workload parts of the LightningModule that `build_module()` returns (see frameworks.adapt)."""
+    from . import lightning_loop
     from .lightning_step import LightningStep, compute_loss, first_optimizer
 
     pl = _lightning(shown)
@@ -72,13 +75,9 @@ def adapt(module: Any, shown: str, call: Callable) -> Adapted:
     if not isinstance(lm, pl.modules):
         raise WorkloadError(shown, f"{ENTRY}() returned a {type(lm).__name__}, not a lightning LightningModule",
                             f"return your LightningModule instance from {ENTRY}()")
-    if not lm.automatic_optimization:
-        raise WorkloadError(shown, "the module sets automatic_optimization = False: its training_step steps the "
-                                   "optimizer itself, which the advisor cannot time step by step",
-                            "hand over a module with automatic optimization, or write the step as a plain workload "
-                            "(build_model, build_dataset, compute_loss)")
     trainer_args = _trainer_args(module, shown)
-    # training_step's self.log() has no Trainer to log to here; Lightning warns about it on every call site.
+    # training_step run by hand (a DDP probe's loop, probe/training.py) has no Trainer: its self.log() has none to
+    # log to, and Lightning warns about it on every call site.
     warnings.filterwarnings("ignore", message=r".*self\.log\(\)`? but the `self\.trainer` reference")
     loader = _train_loader(module, lm, pl, shown, call)
     if loader.batch_size is None:
@@ -87,15 +86,27 @@ def adapt(module: Any, shown: str, call: Callable) -> Adapted:
     if callable(getattr(lm, "configure_model", None)):  # Lightning calls it before configure_optimizers
         call("the module's configure_model()", lm.configure_model)
     step = LightningStep(lm, shown)
+    rule = optimizer_step(loader.batch_size, trainer_args, shown)
+    package = next(p for p in pl.packages if isinstance(lm, p.LightningModule))
+    # Inspection runs one step of Lightning's own loop: a module may read its Trainer (self.trainer, manual
+    # optimization's self.optimizers()), so a step by hand cannot check it. Its Trainer's optimizers are the facts.
+    first = lightning_loop.FirstStep(package, lm, loader, trainer_args, shown)
+    loop = Loop(functools.partial(lightning_loop.run, arguments, package, lm, loader, trainer_args, rule),
+                first_step=first)
+
+    def build_optimizer(params):
+        return first.optimizers[0] if first.optimizers else first_optimizer(lm, shown)
+
     return Adapted(framework="lightning", build_model=lambda: step, build_dataset=lambda: loader.dataset,
-                   compute_loss=compute_loss, build_optimizer=lambda params: first_optimizer(lm, shown),
+                   compute_loss=compute_loss, build_optimizer=build_optimizer,
                    collate_fn=loader.collate_fn, count_items=None, item_name="samples",
                    baseline=baseline(loader, trainer_args, shown),
                    config={"trainer_args": {k: v for k, v in trainer_args.items() if _jsonable(v)},
                            "module_class": type(lm).__name__,
                            "dataloader_from": "build_datamodule()" if hasattr(module, "build_datamodule") else
-                           "train_dataloader()"},
-                   optimizer_step=optimizer_step(loader.batch_size, trainer_args, shown))
+                           "train_dataloader()",
+                           "automatic_optimization": bool(lm.automatic_optimization)},
+                   optimizer_step=rule, loop=loop)
 
 
 class _Packages:
@@ -103,6 +114,7 @@ class _Packages:
     and the older `pytorch_lightning` both ship them, and a module may subclass either."""
 
     def __init__(self, packages: list):
+        self.packages = packages
         self.modules = tuple(p.LightningModule for p in packages)
         self.datamodules = tuple(p.LightningDataModule for p in packages)
 
@@ -208,7 +220,7 @@ def recommendation(base: Mapping[str, Any], recommended: Mapping[str, Any], conf
             else:
                 (trainer if where == "trainer" else loader).update(what)
     comment = {}
-    if _batch_sizes(base, changes):
+    if _batch_sizes(base, changes) and config.get("automatic_optimization", True):  # manual: Lightning cannot
         old_accum = steps(trainer_old.get("accumulate_grad_batches"))
         accum, kept = accumulation(base["batch_size"], old_accum, changes["batch_size"])
         effective = base["batch_size"] * old_accum
@@ -247,6 +259,12 @@ def batch_note(base: Mapping[str, Any], recommended: Mapping[str, Any], config: 
     old, new = base.get("batch_size"), recommended.get("batch_size")
     if not isinstance(old, int) or not isinstance(new, int) or old <= 0 or new <= 0:
         return None
+    if config.get("automatic_optimization", True) is False:
+        ratio = new / old
+        return (f"batch size {old} → {new}: the module steps its optimizers itself (manual optimization), so "
+                f"Lightning accumulates nothing and each optimizer step sees {new} samples instead of {old}, which "
+                f"changes the optimisation; scale the learning rate about {ratio:.3g}x (linear rule) or "
+                f"{ratio ** 0.5:.3g}x (square root, Adam-style) and re-check convergence.")
     trainer_args = config.get("trainer_args") if isinstance(config.get("trainer_args"), Mapping) else {}
     return accumulation_note(old, steps(trainer_args.get("accumulate_grad_batches")), new,
                              "Trainer(accumulate_grad_batches)")

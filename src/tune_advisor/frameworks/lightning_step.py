@@ -1,5 +1,5 @@
-"""The LightningModule as the probe child trains it: the step wrapper, training_step's loss, and the optimizer
-from configure_optimizers (frameworks/lightning.py loads the module; this is what runs per step)."""
+"""The LightningModule as inspection sees it: the step wrapper, training_step's loss, and the optimizer from
+configure_optimizers (frameworks/lightning.py loads the module; probes run Lightning's own loop, lightning_loop.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ class LightningStep(torch.nn.Module):
     def __init__(self, module: torch.nn.Module, source: str):
         super().__init__()
         self.module, self.source = module, source  # source: the workload file, named by errors
-        self.step_line = _line_in(type(module).training_step, source)
+        self.step_line = line_in(type(module).training_step, source)
         self.batch_idx = 0
         self.user_class = type(module).__name__  # what the reports name (not this wrapper)
 
@@ -48,7 +48,7 @@ def compute_loss(model: Any, batch: Any) -> torch.Tensor:
     return loss
 
 
-def _line_in(function: Any, source: str) -> int | None:
+def line_in(function: Any, source: str) -> int | None:
     """The line where `function` is defined, when that is in the workload file `source`."""
     try:
         _, start = inspect.getsourcelines(function)
@@ -67,15 +67,13 @@ def _step_of(model: Any) -> LightningStep:
 
 
 def first_optimizer(lm: Any, shown: str) -> torch.optim.Optimizer:
-    """The one optimizer configure_optimizers() returns, in any of Lightning's forms."""
+    """The first optimizer configure_optimizers() returns, in any of Lightning's forms (inspection reads its class
+    and implementations; a probe's Trainer uses them all)."""
     found = _optimizers(lm.configure_optimizers())
     if not found:
         raise WorkloadError(shown, "configure_optimizers() returns no optimizer",
                             "return an optimizer (or {'optimizer': ..., 'lr_scheduler': ...}) from "
                             "configure_optimizers()")
-    if len(found) > 1:
-        raise WorkloadError(shown, f"configure_optimizers() returns {len(found)} optimizers; the advisor times one "
-                                   "optimizer step per training step", "hand over a module with a single optimizer")
     return found[0]
 
 

@@ -34,7 +34,10 @@ def _inspect(spec: ProbeSpec, phase: Callable[[str], None]) -> dict[str, Any]:
     if wl.compute_loss is None and facts["batch_kind"] not in ("dict", "pair"):
         raise WorkloadError(shown, f"the batch is a {facts['batch_kind']}, which the default loss cannot handle",
                             wl_mod.BATCH_FIX)
-    _first_loss(wl, model, batch, torch.device(spec.device), shown, phase)
+    if wl.loop is not None and wl.loop.first_step is not None:  # a step that needs the framework's own loop
+        _first_step(wl, spec.device, shown, phase)
+    else:
+        _first_loss(wl, model, batch, torch.device(spec.device), shown, phase)
     optimizer = _optimizer(wl, model, shown, phase)
     facts["optimizer_class"] = type(optimizer).__name__
     facts["optimizer_impls"] = apply.supported_optimizer_impls(optimizer)
@@ -109,6 +112,20 @@ def _first_loss(wl, model: torch.nn.Module, batch, device: torch.device, shown: 
     if not (isinstance(loss, torch.Tensor) and loss.numel() == 1):
         raise WorkloadError(shown, f"the loss is a {type(loss).__name__}, not a scalar tensor",
                             "compute_loss(model, batch) must return a scalar tensor")
+
+
+def _first_step(wl, device: str, shown: str, phase: Callable[[str], None]) -> None:
+    """One step of the framework's own loop, as the user's settings run it: it must train."""
+    phase("one step of the framework's own training loop")
+    try:
+        wl.loop.first_step(device)
+    except WorkloadError:  # the adapter's own check of what the step showed
+        raise
+    except Exception as exc:
+        line, _ = wl_mod.user_frame(exc, wl.path)
+        raise WorkloadError(shown, f"one step of the framework's own training loop raised "
+                                   f"{wl_mod.exception_summary(exc)}", "make one step of trainer.fit() run on its "
+                            "own first (e.g. Trainer(max_steps=1))", line=line) from exc
 
 
 def _optimizer(wl, model: torch.nn.Module, shown: str, phase: Callable[[str], None]) -> torch.optim.Optimizer:
