@@ -159,3 +159,25 @@ class FakeCudaProps:
 
 TURING_T4 = FakeCudaProps("Tesla T4", 7, 5)
 AMPERE_A100 = FakeCudaProps("NVIDIA A100-SXM4-40GB", 8, 0)
+
+
+class StopAfter:
+    """A frameworks.LoopProbe that stops the framework's own loop after `steps` steps and keeps what it was told:
+    `started` (cycle, batches per step, the loader), the losses of the steps, the optimizers it rebuilt."""
+
+    def __init__(self, steps: int):
+        self.steps, self.losses, self.started_with, self.rebuilt = steps, [], None, []
+
+    def started(self, loader, cycle: int, per_step: int = 1) -> None:
+        self.started_with = (cycle, per_step, loader)
+
+    def step_ended(self, loss) -> bool:
+        self.losses.append(loss)
+        return len(self.losses) >= self.steps
+
+    def optimizer_impl(self, optimizer):
+        self.rebuilt.append(optimizer)
+        return optimizer
+
+    def prepare_model(self, model) -> dict:
+        return {}

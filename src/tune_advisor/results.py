@@ -14,10 +14,11 @@ from typing import Any
 from . import __version__, record
 from .errors import UsageError
 from .files import write_json_atomic
-from .probe.result import Status
+from .probe.result import ProbeResult, Status
 from .record import SCHEMA_VERSION
 
-__all__ = ["SCHEMA_VERSION", "RunRecord", "header", "new_document", "read", "read_record", "write_atomic"]
+__all__ = ["SCHEMA_VERSION", "RunRecord", "best_so_far", "header", "new_document", "read", "read_record",
+           "write_atomic"]
 
 
 def header(command: list[str], environment: dict, workload: dict) -> dict[str, Any]:
@@ -84,10 +85,15 @@ class RunRecord:
         """Which of the interrupted run's probes this run reused, and which it discarded (ids)."""
         self.document["run"]["resumed"].append({"reused": list(reused), "discarded": list(discarded)})
 
-    def interrupted(self, notes: list[str]) -> None:
-        """Stopped (Ctrl-C) before a recommendation: the probes that finished stay."""
+    def interrupted(self, notes: list[str], best: dict[str, Any] | None = None) -> None:
+        """Stopped (Ctrl-C) before a recommendation: the probes that finished stay, and `best`, the plan's best so far
+        (`best_so_far`: a candidate, not confirmed), where the baseline had measured."""
         self.document["run"]["state"] = "interrupted"
         self.document["notes"] = notes
+        if best is not None:
+            self.document["best_so_far"] = best
+        else:
+            self.document.pop("best_so_far", None)
 
     def complete(self, *, baseline: dict[str, Any], recommended: dict[str, Any], speedup: dict[str, Any] | None,
                  figures: dict[str, Any], notes: list[str], plan: dict[str, Any]) -> None:
@@ -108,6 +114,16 @@ class RunRecord:
         except record.ValidationError as exc:
             raise ValueError(f"results.json would not match its schema: {record.problem(exc)}") from None
         write_atomic(self.path, self.document)
+
+
+def best_so_far(baseline: ProbeResult, best: ProbeResult, gain: tuple[float, float, float]) -> dict[str, Any]:
+    """An interrupted run's best so far (results.json `best_so_far`): the probe, what it changes from the baseline,
+    its measured gain (`gain`: median and 95% CI of best/baseline throughput; null where not measurable) and
+    `confirmed: false`: no confirmation measured it again beside the baseline. The baseline itself where nothing
+    beat it yet (no changes, gain 1)."""
+    changes = {k: v for k, v in best.settings.items() if baseline.settings.get(k) != v}
+    median, low, high = (None if value != value else round(value, 4) for value in gain)  # NaN: null
+    return {"probe": best.id, "changes": changes, "gain": {"median": median, "ci": [low, high]}, "confirmed": False}
 
 
 def write_atomic(path: Path, document: dict[str, Any]) -> None:

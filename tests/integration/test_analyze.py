@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import re
 
 import pytest
 
@@ -67,11 +68,23 @@ def test_failing_batch_sizes_are_recorded_and_never_recommended(tmp_path):
         assert status.value in {p["status"] for p in saved["probes"]}
 
 
-def test_hanging_loader_workers_time_out_and_the_analysis_goes_on(tmp_path):
-    result = analyze(BAD / "worker_hang.py", tmp_path, budget="4m", probe_timeout="10s",
+def test_hanging_loader_workers_time_out_and_the_analysis_goes_on(tmp_path, monkeypatch):
+    # GIVEN loader workers that block forever, a bound on a batch's wait (here 2 baseline steps, at least 2 s; 20 and
+    # 10 s by default) and no probe timeout: only the bound, from the baseline's batch time, ends those probes soon
+    from tune_advisor.planner import budget
+
+    monkeypatch.setattr(budget, "LOADER_WAIT_FACTOR", 2.0)
+    monkeypatch.setattr(budget, "LOADER_WAIT_MIN_S", 2.0)
+    result = analyze(BAD / "worker_hang.py", tmp_path, budget="4m",
                      only_knobs=("num_workers", "batch_size"))  # the loader's, and one to go on with
+    # THEN each probe with workers ends as a timeout within its bound (plus its start), saying where it was
     hung = [p for p in result.probes if p.status is Status.TIMEOUT]
     assert hung and all(p.settings["num_workers"] > 0 for p in hung)
+    for p in hung:
+        bound = re.search(r"delivered no batch within ([\d.]+) s", p.error)
+        assert bound and "last phase: warm-up" in p.error, p.error
+        assert p.wall_s < float(bound[1]) + 10, (p.id, p.wall_s, p.error)
+    # AND the analysis goes on to its end
     assert result.recommended.ok and result.recommended.settings["num_workers"] == 0
 
 

@@ -9,11 +9,14 @@ probe of a role (`time_left`, `limits`), whether more probes still fit before th
 
 from __future__ import annotations
 
+import os
+import statistics
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from ..collectors import flops
 from ..probe.backend import ProbeBackend, ProbeLimits
+from ..probe.result import ProbeResult
 from ..probe.spec import Protocol
 from . import ablation, pairing
 from .compare import DUEL_MAX_S, plain_wall
@@ -29,6 +32,11 @@ CALIBRATION_SHARE = 0.1  # of the budget, at most, for measuring the machine's p
 SCREEN_MAX_S = 3.0
 SCREENING_ROLES = ("knob:", "ladder:", "bisect:")
 ABLATION_START_S = 2.0  # a lockstep side's start and warm-up, beyond its measured window
+# A batch the loader's workers take longer than this many of the baseline's steps to deliver (scaled to the probe's
+# batch and workers: `Budget.loader_wait_s`), and at least LOADER_WAIT_MIN_S, ends the probe as hung: a dataset that
+# blocked forever in its workers took 108 s of a 2-minute run as one "stopped" probe (issue 63).
+LOADER_WAIT_FACTOR = 20.0
+LOADER_WAIT_MIN_S = 10.0
 
 
 def inspection_limit(budget_s: float | None, own_s: float, probe_timeout_s: float | None = None) -> float:
@@ -136,11 +144,33 @@ class Budget:
         base = self.ledger.baseline
         if base is None:
             return CONFIRM_RESERVE * self.typical_probe_s()
-        best = self.ledger.best if self.ledger.best is not None else base
+        best = self.ledger.best if self.ledger.best is not None else self._fastest_over(base)
+        if best is None:  # nothing to confirm yet: the time goes to exploring (issue 63: 1-minute runs ended with
+            return 0.0  # knobs "over budget" and a third of the budget held back for a confirmation never run)
         confirming = reserve_s(pairing.pairs(self.backend, base, best), self.fresh_parent_s, base, best)
         if ablations is None:
             ablations = len(ablation.ablatable(base.settings, best.settings))
         return confirming + self.ablation_pair_s() * ablations
+
+    def loader_wait_s(self, settings: dict[str, Any]) -> float | None:
+        """How long the training loader may take to deliver a batch of a probe with `settings` (ProbeSpec.
+        loader_wait_s): LOADER_WAIT_FACTOR of the baseline's median step, times the probe's batch over the
+        baseline's (each worker makes whole batches) and its workers over the cores (the first batches share
+        them), at least LOADER_WAIT_MIN_S; None before a baseline has measured."""
+        base = self.ledger.baseline
+        if base is None or not base.ok or not base.measured:
+            return None
+        batch = (settings.get("batch_size") or 1) / (base.settings.get("batch_size") or 1)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        scale = max(1.0, batch) * max(1.0, (settings.get("num_workers") or 0) / cores)
+        return max(LOADER_WAIT_MIN_S, LOADER_WAIT_FACTOR * statistics.median(base.step_s) * scale)
+
+    def _fastest_over(self, base: ProbeResult) -> ProbeResult | None:
+        """The fastest probe that measured faster than the baseline `base` (a candidate a strategy has not kept yet:
+        the grid keeps none until its end); None while none did: then there is nothing to confirm."""
+        faster = [p for p in self.ledger.probes if p.ok and p.settings != base.settings
+                  and p.throughput_median > base.throughput_median]
+        return max(faster, key=lambda p: p.throughput_median, default=None)
 
     def ablation_pair_s(self) -> float:
         """One ablation pair: each side measures at most DUEL_MAX_S beyond its start-up."""

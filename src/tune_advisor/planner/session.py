@@ -206,6 +206,7 @@ class Session:
         caps how long it measures, `turn_s` sets a lockstep side's turns (Protocol.turn_s), `fresh` forks it from
         a new parent (ProbeSpec.fresh_parent)."""
         spec = self.make_spec(probe_id, dict(settings), role, limits or self.budget.limits(role))
+        spec = replace(spec, loader_wait_s=self.budget.loader_wait_s(settings))
         if fresh:
             spec = replace(spec, fresh_parent=True)
         proto = spec.protocol

@@ -9,6 +9,7 @@ child (torch is imported there anyway).
 
 from __future__ import annotations
 
+import multiprocessing
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -22,6 +23,28 @@ from .evidence import CompileStats, debug_switches, memory_peaks, tree_cpu_secon
 
 COMPILE_QUIET_STEPS = 3  # a compiled model is warm once this many steps in a row compiled nothing new
 COMPILE_EXTRA_WARMUP = 30  # ... or after this many extra warm-up steps (shapes that never settle: see TA505)
+
+
+class LoaderHung(Exception):
+    """The training loader's workers delivered no batch within the probe's bound (ProbeSpec.loader_wait_s): the
+    probe ends as a timeout at once, not when its limit or the budget runs out."""
+
+
+def loader_timeout(spec_wait_s: float | None, workers: int, in_lockstep: bool) -> dict[str, float]:
+    """The DataLoader's `timeout` argument for the bound: only with workers (the DataLoader's own timeout covers
+    only theirs), and not for a lockstep side, whose workers sit paused (SIGSTOP) through its partner's turns."""
+    return {"timeout": spec_wait_s} if spec_wait_s and workers > 0 and not in_lockstep else {}
+
+
+def hung_loader(exc: RuntimeError, wait_s: float | None) -> LoaderHung | None:
+    """The DataLoader's own timeout (`loader_timeout`) as LoaderHung, its workers killed first (hung ones ignore
+    the polite shutdown, which waits 5 s for each); None for any other error."""
+    if not wait_s or "DataLoader timed out after" not in str(exc):
+        return None
+    for worker in multiprocessing.active_children():
+        worker.kill()
+    return LoaderHung(f"the training loader's workers delivered no batch within {wait_s:g} s (the bound from the "
+                      "baseline's batch time): they hang")
 
 
 def whole(steps: int, cycle: int) -> int:

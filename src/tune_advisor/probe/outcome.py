@@ -27,8 +27,10 @@ class Phase:
 
     def __init__(self, result_path: Path):
         self.path = result_path.with_name(result_path.name + ".phase")
+        self.last = ""  # for a timeout the child finds itself (a hung loader: measure.LoaderHung)
 
     def __call__(self, text: str) -> None:
+        self.last = text
         try:
             self.path.write_text(text)
         except OSError:
@@ -58,7 +60,7 @@ def measure(spec: ProbeSpec, phase: Callable[[str], None], driver: Driver, workd
     started = time.perf_counter()
     # Imported once the clock runs: these modules import torch, which outside the zygote (a torchrun rank) takes
     # seconds that child_wall_s has always counted.
-    from . import evidence, failure, training
+    from . import evidence, failure, measure as core, training
 
     out: dict[str, Any] = {"status": Status.OK.value, "error": None, "raw": evidence.empty_raw(), "applied": {},
                            "extra": {}}
@@ -66,6 +68,9 @@ def measure(spec: ProbeSpec, phase: Callable[[str], None], driver: Driver, workd
         driver(spec, phase, out, workdir)
     except training.Diverged as exc:
         out["status"], out["error"] = Status.DIVERGED.value, str(exc)
+    except core.LoaderHung as exc:  # as a probe past its limit ends: a timeout, with where it was
+        where = getattr(phase, "last", "")
+        out["status"], out["error"] = Status.TIMEOUT.value, str(exc) + (f" (last phase: {where})" if where else "")
     except SystemExit as exc:
         out["status"], out["error"] = Status.ERROR.value, f"the workload called sys.exit({exc.code})"
     except BaseException as exc:  # noqa: BLE001 — any failure of user code is a probe outcome

@@ -51,6 +51,10 @@ class ProbeSpec:
     # (docs/planner.md, "A zygote's children share its layout"): the confirmation draws a new one for each probe
     # where the budget left holds its start.
     fresh_parent: bool = False
+    # The longest the training loader's workers may take to deliver a batch before the probe ends as a timeout
+    # (probe/measure.py LoaderHung), from the baseline's batch time (planner/budget.py loader_wait_s); None: no
+    # bound but the probe's own limit.
+    loader_wait_s: float | None = None
 
     @property
     def limit_s(self) -> float:

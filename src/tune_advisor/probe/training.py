@@ -1,4 +1,4 @@
-"""The probe child's training run of a workload file (a framework adapter's too, through workload.py): build it with
+"""The probe child's training run of a workload file (a framework's own loop is loop.py's): build it with
 the settings applied, warm up, time the measured steps, then run the collectors that need steps of their own. The
 clock, the windows and the record are measure.py's, shared with script mode. A DDP rank plugs in as a `Group`
 (distributed/rank.py). Runs only inside the child (torch is imported there anyway).
@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from .. import workload as wl_mod
-from . import apply, device_clock, extra_steps, lockstep
+from . import apply, device_clock, extra_steps, lockstep, measure
 from .evidence import CompileStats, KnobEvidence, StepSeries, optimizer_flags
 from .measure import Measurement, WarmUp, Window, record
 from .spec import ProbeSpec
@@ -42,11 +42,19 @@ class Group(Protocol):
     def local_steps(self, model, run_step: Callable[[int], float]) -> list[float]: ...  # steps without sync
 
 
+def load(spec: ProbeSpec, phase: Callable[[str], None], out: dict[str, Any]) -> wl_mod.Workload:
+    """The workload file loaded (a framework's: adapted), and the result's unit."""
+    phase("importing the workload file")
+    wl = wl_mod.load(spec.workload)
+    out["unit"] = f"{wl.item_name}/s"
+    return wl
+
+
 def train(spec: ProbeSpec, phase: Callable[[str], None], out: dict[str, Any], workdir: Path | None = None,
-          group: Group | None = None) -> None:
+          group: Group | None = None, wl: wl_mod.Workload | None = None) -> None:
     """Fill the result `out` for one configuration; raises on any failure (the caller makes it a status). A profiler
-    trace goes to `workdir`; `group`: this process's rank when the probe is distributed."""
-    run = Training(spec, phase, out, group)
+    trace goes to `workdir`; `group`: this process's rank when the probe is distributed; `wl`: loaded already."""
+    run = Training(spec, phase, out, group, wl)
     run.warm_up()
     run.measure()
     run.record()
@@ -58,14 +66,13 @@ class Training:
     model, optimizer and loader; then `warm_up`, `measure`, `record` and `collect` run in that order, each filling
     its part of the result `out` (`raw`, `applied`, `extra`, `memory`, `gpu`)."""
 
-    def __init__(self, spec: ProbeSpec, phase: Callable[[str], None], out: dict[str, Any], group: Group | None = None):
+    def __init__(self, spec: ProbeSpec, phase: Callable[[str], None], out: dict[str, Any], group: Group | None = None,
+                 wl: wl_mod.Workload | None = None):
         self.spec, self.phase, self.out, self.settings = spec, phase, out, spec.settings
         self.baton = lockstep.baton(spec)  # lockstep pairs: the parent hands out the warm-up's turn and every step
         self.ddp = group  # a torchrun rank has joined its group already
         self.device = self.ddp.device if self.ddp else torch.device(spec.device)
-        phase("importing the workload file")
-        self.wl = wl = wl_mod.load(spec.workload)
-        out["unit"] = f"{wl.item_name}/s"
+        self.wl = wl = wl or load(spec, phase, out)
         _seed(spec.seed)
         phase("building the model and dataset")
         model = wl.call("build_model")
@@ -73,7 +80,7 @@ class Training:
         self._set_up_model(model)
         self._set_up_loader(dataset)
         self.epoch_steps = _epoch_steps(self.loader) if self.settings["num_workers"] > 0 else None
-        self.series = StepSeries(out["raw"], lambda host_batch: _count_items(wl, host_batch))
+        self.series = StepSeries(out["raw"], lambda host_batch: count_items(wl, host_batch))
         self.batches = None  # the loader's iterator, from the warm-up on
         self.epochs = 0  # epoch boundaries crossed
         self.next_step = 0  # the global step (warm-up counted) of the next step
@@ -109,7 +116,9 @@ class Training:
         self.loader = DataLoader(dataset, shuffle=not iterable and shard is None, sampler=shard,
                                  collate_fn=self.wl.collate_fn,
                                  generator=None if iterable else torch.Generator().manual_seed(seed),
-                                 **apply.loader_kwargs(settings, device.type))
+                                 **apply.loader_kwargs(settings, device.type),
+                                 **measure.loader_timeout(self.spec.loader_wait_s, settings["num_workers"],
+                                                          self.baton.active))
         self.non_blocking = self.loader.pin_memory
         self.channels_last = bool(settings["channels_last"])
         self.cuda = device.type == "cuda"
@@ -125,6 +134,12 @@ class Training:
         self.fetch_wall_s = self.fetch_cpu_s = 0.0
 
     def next_batch(self):
+        try:
+            return self._next_batch()
+        except RuntimeError as exc:  # the loader's workers hung past the bound (measure.loader_timeout)
+            raise measure.hung_loader(exc, self.loader.timeout) or exc
+
+    def _next_batch(self):
         try:
             return next(self.batches)
         except StopIteration:  # epoch boundary: a new iterator (and new workers) as training would
@@ -194,7 +209,7 @@ class Training:
             loss = self.loss_fn(self.model, batch)
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
         self.optimizer.zero_grad(set_to_none=True)
-        return _count_items(self.wl, host_batch)
+        return count_items(self.wl, host_batch)
 
     def extra_step(self, i: int) -> float:
         """The `i`-th step after the measured ones (for the collectors), not recorded."""
@@ -308,7 +323,7 @@ def _epoch_steps(loader) -> int | None:
         return None
 
 
-def _count_items(wl, host_batch) -> float:
+def count_items(wl, host_batch) -> float:
     """The batch's work: what the workload's count_items says, else the first tensor's batch dimension."""
     if wl.count_items is not None:
         return float(wl.count_items(host_batch))

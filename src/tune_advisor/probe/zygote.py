@@ -24,9 +24,12 @@ import os
 import select
 import signal
 import sys
+import shutil
 import tempfile
+import threading
+from pathlib import Path
 
-from .process import CHILD_MODULE
+from .process import CHILD_MODULE, die_with_parent
 
 PRELOAD = ("torch", "torch._dynamo", "torch.optim", "torch.utils.data", "numpy", CHILD_MODULE,
            "tune_advisor.probe.failure", "tune_advisor.probe.inspection", "tune_advisor.probe.training",
@@ -44,19 +47,25 @@ def serve(requests: int, replies) -> None:
             pending += chunk
         line, pending = pending.split(b"\n", 1)
         request = json.loads(line)
+        zygote = os.getpid()
         pid = os.fork()
         if pid == 0:
-            _child(request)  # never returns
+            _child(request, zygote)  # never returns
+        _running.update(request, pid=pid)
         replies.write(json.dumps({"pid": pid}) + "\n")
         replies.flush()
         status = _wait(pid, requests)
+        _running.clear()
         replies.write(json.dumps({"pid": pid, "exitcode": os.waitstatus_to_exitcode(status)}) + "\n")
         replies.flush()
 
 
+_running: dict = {}  # the request of the child running now, and its "pid"
+
+
 def _wait(pid: int, requests: int) -> int:
-    """Wait for the child; if the parent dies meanwhile (its request pipe closes), kill the child's process group
-    and exit: a probe nobody will time out must not run on."""
+    """Wait for the child; if the parent dies meanwhile (its request pipe closes), end the child and exit: a probe
+    nobody will time out must not run on."""
     try:
         pidfd = os.pidfd_open(pid)
     except (AttributeError, OSError):  # not Linux >= 5.3: the parent's own kill is the only guard
@@ -67,17 +76,39 @@ def _wait(pid: int, requests: int) -> int:
             if pidfd in ready:
                 return os.waitpid(pid, 0)[1]
             if not os.read(requests, 1):  # the parent sends nothing while a probe runs: this is its exit
-                try:
-                    os.killpg(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                os.waitpid(pid, 0)
-                os._exit(0)
+                _end_running(0)
 
 
-def _child(request: dict) -> None:
+def _end_running(code: int) -> None:
+    """Kill the running child's process group (its loader workers, paused or not), remove what a killed child
+    leaves (a half-written result, its temporary folder), and exit with `code`."""
+    if _running:
+        try:
+            os.killpg(_running["pid"], signal.SIGKILL)  # stopped (SIGSTOP) members die of SIGKILL too
+            os.waitpid(_running["pid"], 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        result = Path(_running["argv"][1])
+        for half_written in result.parent.glob(f"{result.name}*.tmp"):  # files.py names the temporary file so
+            half_written.unlink(missing_ok=True)
+        scratch = _running["env"].get("TMPDIR")  # the child's own (runner.start_probe)
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+    os._exit(code)
+
+
+def _on_termination(signum, frame) -> None:
+    """SIGTERM or SIGHUP, also when sent to the whole run's process group (`timeout`, CI runners): the probe
+    child leads a session of its own and gets none, so end it here before going."""
+    _end_running(128 + signum)
+
+
+def _child(request: dict, zygote: int) -> None:
     code = 1
     try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the zygote's handlers are its own
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        die_with_parent(zygote)  # even a SIGKILLed zygote takes its child along (this fork is from its main thread)
         os.setsid()  # its own process group: the parent kills it and its loader workers as one
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.environ.clear()
@@ -109,12 +140,27 @@ def _child(request: dict) -> None:
 
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it kills the probe
+    importing = threading.Event()
+    importing.set()
+    threading.Thread(target=_leave_if_orphaned, args=(sys.stdin.fileno(), importing), daemon=True).start()
     for module in PRELOAD:
         __import__(module)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _on_termination)
     replies = os.fdopen(os.dup(1), "w")
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # nothing else may write into the reply channel
+    importing.clear()  # from here on, the request pipe is serve()'s to read
     print(json.dumps({"ready": True}), file=replies, flush=True)
     serve(sys.stdin.fileno(), replies)
+
+
+def _leave_if_orphaned(requests: int, importing: threading.Event) -> None:
+    """While torch imports (seconds): exit as soon as the parent is gone. The parent writes nothing before the
+    ready line, so the request pipe turns readable only by closing; after that line it is serve()'s."""
+    while importing.is_set():
+        ready, _, _ = select.select([requests], [], [], 0.5)
+        if ready and importing.is_set():
+            os._exit(0)
 
 
 if __name__ == "__main__":
