@@ -983,9 +983,13 @@ def test_probes_get_what_is_left_of_the_budget_as_their_limit():
     session = Session(backend, 60.0, clock=clock)
     session.ledger.start_from(session.run(knobs.full_settings({"batch_size": 16}), "baseline"))
     clock.now = 20.0
-    # GIVEN 40 s left, and a confirmation predicted at 3 x (5 s + 5 s): two lockstep rounds, then each side alone
-    # THEN an exploring probe may run until the confirmation must begin; the confirmation 5% past the budget
-    assert session.budget.time_left("ladder:batch_size") == 60.0 - 30.0 - 20.0
+    # GIVEN 40 s left and nothing yet to confirm: an exploring probe may take all of it (issue 63, part 2)
+    assert session.budget.time_left("ladder:batch_size") == 60.0 - 20.0
+    # WHEN a candidate is kept, with its ablation pair predicted at 2 x 5 s and a confirmation at 3 x (5 s + 5 s):
+    # two lockstep rounds, then each side alone
+    session.ledger.keep_best(session.run(knobs.full_settings({"batch_size": 32}), "ladder:batch_size"))
+    # THEN an exploring probe may run until those must begin; the confirmation 5% past the budget
+    assert session.budget.time_left("ladder:batch_size") == 60.0 - 10.0 - 30.0 - 20.0
     assert session.budget.time_left("confirm:baseline") == 60.0 * (1 + CONFIRM_GRACE) - 20.0
     assert Session(backend).budget.time_left("knob:amp") is None
     # AND the runner's limit is the smaller of the probe timeout and that, and says which it is
@@ -1977,9 +1981,10 @@ def test_a_second_look_also_goes_to_a_comparison_whose_rounds_cannot_tell_a_loss
 
 
 def test_a_run_the_budget_ends_says_why_each_knob_went_untried_and_never_that_an_unmeasured_one_lost():
-    # GIVEN a 40 s budget that ends the plan after the baseline, whose profile rules bf16 out (10% matmuls)
+    # GIVEN a budget that ends the plan after the baseline (no second 5 s probe fits), whose profile rules bf16 out
+    # (10% matmuls)
     search = {"num_workers": [0, 2], "batch_size": [16, 32]}
-    outcome, backend = run_plan(_loader_fed(0.10), workload=MLP, search=search, budget_s=40,
+    outcome, backend = run_plan(_loader_fed(0.10), workload=MLP, search=search, budget_s=9,
                                 explore=("num_workers", "amp", "batch_size"))
     assert len(backend.calls) == 1
     # THEN amp's reason is given as on a run that explored everything (a CNN on an H200 ended by its budget with
@@ -2054,3 +2059,59 @@ def test_a_quiet_machines_session_drift_narrows_where_a_later_measure_of_the_spe
     assert (quiet["later"]["ci_low"], quiet["later"]["ci_high"]) == pytest.approx((quiet["ci_low"], quiet["ci_high"]))
     assert quiet["later"]["drift"] == 0.0 and default["later"]["drift"] == figures.SPEEDUP_DRIFT
     assert default["later"]["ci_low"] < default["ci_low"] and default["later"]["ci_high"] > default["ci_high"]
+
+
+# --- issue 65: a ladder whose answer a later kept change put in question is re-opened first (helper G) ----------
+
+
+def _quick_start_shape(s):
+    """io_bound's shape with fast workers: each reads 300 samples/s off slow storage, the model computes 5,400; without
+    persistent workers every epoch starts them anew, 5 ms each. 16 kept-alive workers nearly keep up (11% wait), so
+    a larger batch looks more promising than more workers, while 32 of them train 1.125x faster than 16."""
+    w = s["num_workers"]
+    r = 1 / (1 / 300.0 + 1 / 5400.0) if w == 0 else min(300.0 * w, 5400.0)
+    return {"rate": r, "wait": 1 - r / 5400.0, "fetch_cpu": 0.02,
+            "restart": 0.0 if s["persistent_workers"] or w == 0 else 0.005 * w}
+
+
+def test_a_kept_change_that_questions_a_ladders_answer_reopens_it_before_other_knobs():
+    # GIVEN the quick start's shape, with a batch ladder to explore too
+    search = {"num_workers": [0, 1, 2, 4, 8, 16, 32], "persistent_workers": [False, True], "batch_size": [16, 32]}
+    outcome, backend = run_plan(_quick_start_shape, workload=MLP, search=search, device=CPU_AMP_ONLY,
+                                explore=("num_workers", "persistent_workers", "batch_size"))
+    decisions = outcome.decisions
+    # THEN the first worker ladder measured 32 and kept 16 (restarting 32 workers each epoch ate their gain)
+    ladders = [i for i, d in enumerate(decisions) if d.startswith("num_workers ladder")]
+    assert decisions[ladders[0]].endswith("16 (ok) -> 32 (ok)"), decisions
+    kept = next(i for i, d in enumerate(decisions) if d.startswith("persistent_workers: kept"))
+    # AND once persistent workers were kept, the worker ladder was re-opened next, ahead of the batch ladder whose
+    # prospect (1.2x) is larger than the workers' (1.11x at 11% wait): 16 vs 32 re-judged with persistent workers
+    batch = next(i for i, d in enumerate(decisions) if d.startswith("batch_size"))
+    assert kept < ladders[1] < batch and decisions[ladders[1]] == "num_workers ladder: 32 (ok)", decisions
+    assert {k: outcome.recommended.settings[k] for k in ("num_workers", "persistent_workers")} == \
+        {"num_workers": 32, "persistent_workers": True}
+
+
+def test_a_ladder_is_not_put_first_where_its_earlier_walk_stopped_at_the_pick():
+    # GIVEN the same shape with a worker ladder that never went past 16: nothing measured above the pick
+    search = {"num_workers": [0, 1, 2, 4, 8, 16], "persistent_workers": [False, True], "batch_size": [16, 32]}
+    outcome, backend = run_plan(_quick_start_shape, workload=MLP, search=search, device=CPU_AMP_ONLY,
+                                explore=("num_workers", "persistent_workers", "batch_size"))
+    decisions = outcome.decisions
+    kept = next(i for i, d in enumerate(decisions) if d.startswith("persistent_workers: kept"))
+    # THEN after persistent workers the most promising knob comes next, as before: the batch ladder
+    assert decisions[kept + 1].startswith("batch_size"), decisions
+
+
+def test_with_nothing_yet_to_confirm_the_time_held_for_the_confirmation_goes_to_exploring():
+    # GIVEN a workload no knob speeds up (every change 10% slower), 5 s probes and a 60 s budget (not compile, whose
+    # compilation's allowance is a cost of its own)
+    def nothing_helps(s):
+        return 1000.0 * (1.0 if s == knobs.full_settings({"batch_size": 16}) else 0.9)
+
+    outcome, backend = run_plan(nothing_helps, budget_s=60.0, explore=tuple(k for k in knobs.KNOBS if k != "compile"))
+    # THEN the plan keeps the baseline, and ends only when nothing is left to try or the budget is spent: never with
+    # a knob "over budget" while a probe's time (and the confirmation's reserve, idle) was still in hand
+    assert outcome.recommended.settings == outcome.baseline.settings
+    over = [u for u in outcome.unexplored if "over budget" in u]
+    assert not over or backend.clock.now > 60.0 - 5.0, (backend.clock.now, over)

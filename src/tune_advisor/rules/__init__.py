@@ -9,6 +9,7 @@ that their fix saves, largest first; findings without a gain follow, errors befo
 
 from __future__ import annotations
 
+import re
 from typing import Any, Iterable
 
 from .. import knobs
@@ -71,15 +72,27 @@ def _within_recommendation(finding: dict[str, Any], recommended: dict[str, Any],
         return finding
     if not finding["gain"].get("measured"):  # an estimate, where the run measured the setting (an H200's cnn run
         # said pin_memory was "not tried" beside its own pin_memory probe, which the planner did not keep)
-        finding["fix"]["settings"] = {k: v for k, v in fix.items() if k not in apart}
+        _leave_out(finding, apart, recommended)
         finding["message"] += (f"; not in the recommendation: {knobs.describe(apart)} was measured in this run "
                                f"({', '.join(tried[:3])}{', …' if len(tried) > 3 else ''}) and the planner did not "
                                "keep it (see how it decided)")
         return finding
-    finding["fix"]["settings"] = {k: v for k, v in fix.items() if k not in apart}
+    _leave_out(finding, apart, recommended)
     finding["message"] += (f"; not in the recommendation: the planner did not keep {knobs.describe(apart)} beside "
                            "the recommended settings (see how it decided), so re-measure before adopting it")
     return finding
+
+
+def _leave_out(finding: dict[str, Any], apart: dict[str, Any], recommended: dict[str, Any]) -> None:
+    """The settings `apart` leave the finding's fix. Code beside the report's "Apply it" must not set other values
+    than the recommendation (TA104 of an H200 run pinned memory at batch 32 beside a recommendation at 128 that did
+    not pin): a fix left with nothing has no code (the finding informs), else its code spells the recommendation's
+    values for them."""
+    finding["fix"]["settings"] = {k: v for k, v in finding["fix"]["settings"].items() if k not in apart}
+    snippet = finding["fix"]["snippet"] if finding["fix"]["settings"] else ""
+    for knob in apart:
+        snippet = re.sub(rf"\b{knob}=[^,)\s]+", f"{knob}={recommended[knob]!r}", snippet)
+    finding["fix"]["snippet"] = snippet
 
 
 def to_dict(r: Rule, f: Finding) -> dict[str, Any]:

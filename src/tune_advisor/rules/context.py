@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Iterable
 
-from .. import knobs
+from .. import consistency, knobs
 from ..analysis import parity, stats
 from ..collectors.cuda_memory import footprint
 from ..planner.keep import MIN_GAIN as SIGNIFICANT_GAIN  # the planner's bar: rules judge gains the same way
@@ -199,9 +199,27 @@ class Context:
         """Measured configs equal to `base` in every knob but `knob`, sorted by that knob (base included)."""
         if base is None:
             return []
-        others = {k: v for k, v in base.settings.items() if k != knob}
-        found = [c for c in self.configs.values() if {k: v for k, v in c.settings.items() if k != knob} == others]
+        found = [c for c in self.configs.values() if _alike(c.settings, base.settings, knob)]
         return sorted(found, key=lambda c: c[knob])
+
+    @property
+    def start(self) -> dict[str, Any]:
+        """The settings a finding's code starts from: the recommended ones where there are any (a user applies
+        the recommendation first, and a fix on top of it), else the baseline's."""
+        subject = self.recommended or self.baseline
+        return dict(subject.settings) if subject is not None else knobs.defaults()
+
+    def applied(self, fix: dict[str, Any]) -> dict[str, Any]:
+        """`fix` on top of `start`: the settings a finding's code spells out."""
+        return {**self.start, **fix}
+
+    def companions(self, subject: Config, other: Config, knob: str) -> str:
+        """The settings besides `knob` (and the loader knobs that come with its workers) where `other` differs from
+        `subject`, as text; '' where a comparison of `knob` at `subject` is one at `other` too."""
+        if _alike(other.settings, subject.settings, knob):
+            return ""
+        mine, theirs = _loader_free(subject.settings), _loader_free(other.settings)
+        return knobs.describe({k: v for k, v in theirs.items() if k != knob and mine.get(k) != v})
 
     def pairs(self, knob: str, value: Any) -> list[tuple[Config, Config]]:
         """(without, with) pairs differing only in `knob` set to `value`; pairs at the baseline first."""
@@ -241,16 +259,13 @@ class Context:
         """What `knob`=`value` contributed to the recommendation, as the planner's ablation measured it (the
         winner beside itself without the knob; planner/ablation.py), or None when it was not ablated. Rules quote
         this figure for a knob the recommendation holds, so the report states one figure per comparison."""
-        plan = self.document.get("plan") or {}
-        for record in [r for r in plan.get("ablation") or [] if isinstance(r, dict)]:
-            c = record.get("contribution")
-            if record.get("knob") == knob and record.get("value") == value and isinstance(c, dict):
-                return Gain(num(c.get("median")), num(c.get("ci_low")), num(c.get("ci_high")), measured=True,
-                            probes=[str(p) for p in record.get("probes") or []],
-                            basis=(f"measured: ablation {record.get('method', '')}: {knob}={value} kept beside "
-                                   f"{record['beside']}, 95% CI" if record.get("beside") else
-                                   f"measured: ablation {record.get('method', '')}: the recommendation with and "
-                                   f"without {knob}={value}, 95% bootstrap CI"))
+        c = consistency.kept_contribution(self.document, knob, value)
+        if c is not None:
+            return Gain(num(c["median"]), num(c["ci_low"]), num(c["ci_high"]), measured=True, probes=c["probes"],
+                        basis=(f"measured: ablation {c['method']}: {knob}={value} kept beside {c['beside']}, 95% CI"
+                               if c["beside"] else
+                               f"measured: ablation {c['method']}: the recommendation with and without "
+                               f"{knob}={value}, 95% bootstrap CI"))
         return None
 
     def loss_changed(self, reference: Config, candidate: Config) -> bool:
@@ -291,7 +306,24 @@ class Context:
 
 
 def _key(settings: dict[str, Any]) -> tuple:
-    return tuple(sorted((k, str(v)) for k, v in settings.items()))
+    return tuple(sorted((k, str(v)) for k, v in _loader_free(settings).items()))
+
+
+def _loader_free(settings: dict[str, Any]) -> dict[str, Any]:
+    """Settings without loader workers hold their worker knobs at the defaults: persistent_workers or a prefetch
+    depth means nothing without workers, so the baseline without workers is the recommendation's companion at
+    num_workers=0 whatever the recommendation's worker knobs."""
+    if settings.get("num_workers"):
+        return settings
+    return {**settings, **{k: knobs.KNOBS[k].default for k in knobs.LOADER_KNOBS if k in settings}}
+
+
+def _alike(settings: dict[str, Any], anchor: dict[str, Any], knob: str) -> bool:
+    """Whether `settings` equal `anchor` but for `knob`. For loader workers a count without workers has no worker
+    knobs to match; the anchor's are its own (at the defaults where it has no workers: its ladder was walked so)."""
+    anchor, settings = _loader_free(anchor), _loader_free(settings)
+    skip = {knob, *knobs.LOADER_KNOBS} if knob == "num_workers" and not settings.get("num_workers") else {knob}
+    return all(settings.get(k) == v for k, v in anchor.items() if k not in skip)
 
 
 def _ids(config: Config) -> str:

@@ -51,7 +51,7 @@ def small_batch_overhead(ctx: Context) -> Finding | None:
                "per-step overhead is spread over more samples")
     ladder = {c["batch_size"]: round(c.throughput, 1) for c in ctx.series(base, "batch_size")}
     fix = {"batch_size": knee["batch_size"]}
-    snippet = (snippets.dataloader({**base.settings, **fix}, ctx.cuda) + "\n"
+    snippet = (snippets.dataloader(ctx.applied(fix), ctx.cuda) + "\n"
                + snippets.lr_scaling(base["batch_size"], knee["batch_size"]))
     return Finding(message, {"throughput_by_batch_size": ladder, "unit": ctx.unit}, fix, snippet, gain, knee.ids)
 

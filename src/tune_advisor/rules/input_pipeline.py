@@ -39,9 +39,12 @@ def input_pipeline_bound(ctx: Context) -> Finding | None:
         workers the cores can feed: `1 / ((1 - w) + w / workers)`) and labelled so. Where the baseline
         loaded without workers, its `extra.fetch_cpu_frac` (the loading thread's CPU share) and the usable cores
         (`environment.usable_cores`) give the workers the cores can feed (cores / share); a pick at or past that
-        count is said to fill the cores. Where the planner's recommendation changes more than the workers, the
-        gain quoted is still that of its worker count by itself, at the baseline's other settings, and the
-        message says so (the headline's speedup is the whole recommendation's).
+        count is said to fill the cores. Where the planner recommends a worker count, the finding names it and
+        quotes its gain at the recommendation's other settings: the confirmation's speedup where the
+        recommendation changes only the workers and their worker knobs (`persistent_workers`, `prefetch_factor`
+        come with the workers), else the recommendation against itself with the baseline's workers (its
+        ablation, or a probe). Where that was not measured: the workers' gain at the baseline's other settings,
+        and the message says it was not measured beside the recommendation's.
 
     Fix:
         Set `num_workers` to the knee (or the planner's choice, when it recommends one) in your DataLoader;
@@ -75,6 +78,11 @@ def input_pipeline_bound(ctx: Context) -> Finding | None:
     if cap is not None:
         evidence.update({"fetch_cpu_frac": round(base.extra("fetch_cpu_frac"), 3), "usable_cores": ctx.usable_cores,
                          "workers_the_cores_feed": cap})
+    rec = ctx.recommended
+    if rec is not None and rec is not base and rec["num_workers"] != workers:
+        # The planner's choice of workers outranks this reading of the ladder: it was kept in comparisons measured
+        # side by side, and the report must name one value, judged at the settings it comes with.
+        return _planners_workers(ctx, base, rec, head, evidence, cap)
     if knee is base:
         if cap is not None and workers == 0:  # the loading can be spread over `cap` workers at most
             gain = Gain.estimated(1 / ((1 - wait) + wait / cap), f"upper bound if the loading were spread over the "
@@ -85,24 +93,50 @@ def input_pipeline_bound(ctx: Context) -> Finding | None:
         tried = f"; no larger num_workers measured better ({', '.join(map(str, ladder))} tried)" if len(ladder) > 1 \
             else "; no num_workers ladder was measured"
         return Finding(head + tried + _cpu_bound(ctx, base, cap, max(ladder)), evidence, {},
-                       snippets.dataloader(base.settings, ctx.cuda), gain, base.ids)
-    # The planner's choice of workers, when it made one, outranks this reading of the ladder: it was kept in
-    # comparisons measured side by side, and the report must name one value.
-    rec = ctx.recommended
-    chosen = ctx.variant(base, num_workers=rec["num_workers"]) if rec is not None and rec is not base and \
-        rec["num_workers"] != workers else None
-    pick, why = (chosen, "the planner's choice") if chosen is not None else (knee, "the knee of the loader ladder")
-    if chosen is not None and any(v != base[k] for k, v in rec.settings.items() if k != "num_workers"):
-        # the headline's speedup is the whole recommendation's: say that this figure is the workers' share of it
-        why += "; by itself, at the baseline's other settings"
-    gain = ctx.gain(base, pick)
-    top = pick["num_workers"] == max(ladder)
-    fed = cap is not None and pick["num_workers"] >= cap  # the cores are busy: more workers would only queue
-    message = (f"{head}; num_workers={pick['num_workers']} ({why}) trains {gain.text()} faster"
-               + (_cpu_bound(ctx, base, cap, pick["num_workers"]) if fed else
-                  " and was the largest value tried: larger ones may gain more" if top else ""))
-    fix = {"num_workers": pick["num_workers"]}
-    return Finding(message, evidence, fix, snippets.dataloader({**base.settings, **fix}, ctx.cuda), gain, pick.ids)
+                       snippets.dataloader(ctx.applied({}), ctx.cuda), gain, base.ids)
+    gain = ctx.gain(base, knee)
+    message = f"{head}; num_workers={knee['num_workers']} (the knee of the loader ladder) trains {gain.text()} faster"
+    fix = {"num_workers": knee["num_workers"]}
+    return Finding(message + _beyond(ctx, base, cap, knee["num_workers"], max(ladder)), evidence, fix,
+                   snippets.dataloader(ctx.applied(fix), ctx.cuda), gain, knee.ids)
+
+
+def _planners_workers(ctx: Context, base: Config, rec: Config, head: str, evidence: dict,
+                      cap: int | None) -> Finding:
+    """TA101 naming the recommendation's worker count, with its gain at the recommendation's other settings: the
+    recommendation against itself with the baseline's workers (the confirmation's figure where that is the
+    baseline), else the ablation's; where neither was measured, the workers' gain at the baseline's settings,
+    marked as measured there only (a quick start quoted 32 workers at 5.33x, without the persistent workers the
+    headline's 19.66x came with, as their gain)."""
+    count, workers = rec["num_workers"], base["num_workers"]
+    extra = ctx.companions(base, rec, "num_workers")  # what the recommendation changes besides the workers
+    fewer = ctx.variant(rec, num_workers=workers)
+    ablated = None if fewer is base else ctx.ablation_gain("num_workers", count)
+    if fewer is base:  # the recommendation is its workers (and their worker knobs): the headline's comparison
+        gain = ctx.gain(base, rec)
+        shown = f"num_workers={count}" + (f" with {extra}" if extra else "")
+        said = f"{shown} (the planner's choice) trains {gain.text()} faster"
+    elif ablated is not None or fewer is not None:
+        gain = ablated if ablated is not None else ctx.gain(fewer, rec)
+        said = (f"num_workers={count} (the planner's choice) trains {gain.text()} faster than num_workers={workers} "
+                f"beside the recommendation's {extra}")
+    else:
+        alone = ctx.variant(base, num_workers=count)
+        gain = ctx.gain(base, alone) if alone is not None else Gain.estimated(None, "no probe measured it alone")
+        said = (f"num_workers={count} (the planner's choice) trains {gain.text()} faster at the baseline's other "
+                f"settings; not measured beside the recommendation's {extra}")
+    largest = max(c["num_workers"] for c in ctx.configs.values())
+    fix = {"num_workers": count}
+    return Finding(f"{head}; {said}{_beyond(ctx, base, cap, count, largest)}", evidence, fix,
+                   snippets.dataloader(ctx.applied(fix), ctx.cuda), gain, rec.ids)
+
+
+def _beyond(ctx: Context, base: Config, cap: int | None, pick: int, largest: int) -> str:
+    """What TA101 says past its pick: that the cores are full (more workers would only queue), or that the pick was
+    the largest count measured (larger ones may gain more)."""
+    if cap is not None and pick >= cap:
+        return _cpu_bound(ctx, base, cap, pick)
+    return " and was the largest value tried: larger ones may gain more" if pick == largest else ""
 
 
 def _workers_the_cores_feed(ctx: Context, base: Config) -> int | None:
@@ -136,9 +170,12 @@ def loader_oversubscribed(ctx: Context) -> Finding | None:
         Setting `num_workers` to the core count (or higher) out of habit can cost throughput.
 
     How it is measured:
-        For the baseline and the recommended settings, the probes equal to them but for `num_workers`. The
-        fastest count is the one with the highest median throughput; a larger count fires the rule when the
-        upper end of its throughput-ratio CI against the fastest is below 1. Evidence: throughput per count,
+        For the recommended settings, then the baseline, the probes equal to them but for `num_workers` (and
+        the worker knobs, for the count without workers). The fastest count is the one with the highest median
+        throughput; a larger count fires the rule when the upper end of its throughput-ratio CI against the
+        fastest is below 1. A ladder measured at other settings than the recommendation's is judged again
+        beside the recommendation where both counts were measured there; where they were not, the finding says
+        so, and asks for no fewer workers than the recommendation keeps. Evidence: throughput per count,
         the cores (`environment.cpu_count`) and each probe's `extra.cpu_util`. The gain is measured when the
         settings themselves use more workers than the fastest count, else there is none to claim.
 
@@ -149,7 +186,8 @@ def loader_oversubscribed(ctx: Context) -> Finding | None:
         `num_workers=4 trains 0.89x [0.83, 0.97] as fast as num_workers=1 (219 samples/s vs 246 samples/s) on 2 cores:
         past num_workers=1, more workers compete for the CPU`
     """
-    for subject in ctx.subjects():
+    rec = ctx.recommended
+    for subject in reversed(ctx.subjects()):  # the recommended settings first: the comparison a user runs
         ladder = ctx.series(subject, "num_workers")
         if len(ladder) < 2:
             continue
@@ -158,21 +196,39 @@ def loader_oversubscribed(ctx: Context) -> Finding | None:
         if not slower:
             continue
         worst = min(slower, key=lambda c: c.throughput)
-        loss = ctx.gain(best, worst)
-        cores = ctx.cpu_count
-        rates = [fmt_rate(c.throughput, ctx.unit, significant_below=100) for c in (worst, best)]
-        message = (f"num_workers={worst['num_workers']} trains {loss.text()} as fast as "
-                   f"num_workers={best['num_workers']} ({rates[0]} vs {rates[1]}) on {cores} cores: "
-                   f"past num_workers={best['num_workers']}, more workers compete for the CPU")
-        evidence = {"best_num_workers": best["num_workers"], "cpu_count": cores, "unit": ctx.unit,
-                    "throughput_by_num_workers": {c["num_workers"]: round(c.throughput, 1) for c in ladder},
-                    "cpu_util_by_num_workers": {c["num_workers"]: c.extra("cpu_util") for c in ladder}}
-        gain = (ctx.gain(subject, best) if subject["num_workers"] > best["num_workers"]
-                else Gain.estimated(None, "the measured settings already use no more workers than the fastest count"))
-        fix = {"num_workers": best["num_workers"]}
-        return Finding(message, evidence, fix, snippets.dataloader({**subject.settings, **fix}, ctx.cuda), gain,
-                       best.ids + [i for c in slower for i in c.ids])
+        elsewhere = ctx.companions(subject, rec, "num_workers") if rec is not None else ""
+        if elsewhere and ctx.variant(rec, num_workers=best["num_workers"]) is not None \
+                and ctx.variant(rec, num_workers=worst["num_workers"]) is not None:
+            continue  # re-measured beside the recommendation's settings, whose own ladder spoke first
+        return _oversubscribed(ctx, subject, ladder, best, worst, slower, elsewhere)
     return None
+
+
+def _oversubscribed(ctx: Context, subject: Config, ladder: list[Config], best: Config, worst: Config,
+                    slower: list[Config], elsewhere: str) -> Finding:
+    """TA102's finding on `subject`'s worker ladder. Measured at other settings than the recommendation's
+    (`elsewhere`: the recommendation's, where they differ), it says so, and it does not advise fewer workers than
+    the recommendation keeps: one quick start's TA102 asked for 16 workers without persistent workers beside a
+    recommendation of 32 with them, which measured 1.25x faster than 16 with them."""
+    loss = ctx.gain(best, worst)
+    rates = [fmt_rate(c.throughput, ctx.unit, significant_below=100) for c in (worst, best)]
+    message = (f"num_workers={worst['num_workers']} trains {loss.text()} as fast as num_workers={best['num_workers']} "
+               f"({rates[0]} vs {rates[1]}) on {ctx.cpu_count} cores: past num_workers={best['num_workers']}, more "
+               "workers compete for the CPU")
+    evidence = {"best_num_workers": best["num_workers"], "cpu_count": ctx.cpu_count, "unit": ctx.unit,
+                "throughput_by_num_workers": {c["num_workers"]: round(c.throughput, 1) for c in ladder},
+                "cpu_util_by_num_workers": {c["num_workers"]: c.extra("cpu_util") for c in ladder}}
+    fix = {"num_workers": best["num_workers"]}
+    gain = (ctx.gain(subject, best) if subject["num_workers"] > best["num_workers"]
+            else Gain.estimated(None, "the measured settings already use no more workers than the fastest count"))
+    if elsewhere:
+        evidence["measured_without"] = elsewhere
+        message += f"; measured without the recommendation's {elsewhere}, and not beside it"
+        if ctx.recommended["num_workers"] > best["num_workers"]:
+            message += f": re-measure there before lowering num_workers={ctx.recommended['num_workers']}"
+            fix, gain = {}, Gain.estimated(None, f"measured without {elsewhere}, the recommendation's")
+    return Finding(message, evidence, fix, snippets.dataloader(ctx.applied(fix), ctx.cuda), gain,
+                   best.ids + [i for c in slower for i in c.ids])
 
 
 @rule("TA103", "worker-restart-cost", "info")
@@ -208,7 +264,7 @@ def worker_restart_cost(ctx: Context) -> Finding | None:
         if subject["num_workers"] == 0 or subject["persistent_workers"]:
             continue
         fix = {"persistent_workers": True}
-        snippet = snippets.dataloader({**subject.settings, **fix}, ctx.cuda)
+        snippet = snippets.dataloader(ctx.applied(fix), ctx.cuda)
         measured = ctx.variant(subject, **fix)
         if measured is not None:
             gain = ctx.gain(subject, measured)
@@ -295,4 +351,4 @@ def pageable_host_memory(ctx: Context) -> Finding | None:
     if pinned is not None:
         message += f"; pin_memory=True trains {gain.text()} faster"
     evidence = {"h2d_frac": round(h2d, 4), "h2d_pageable_bytes": pageable or None}
-    return Finding(message, evidence, fix, snippets.dataloader({**base.settings, **fix}, True), gain, base.ids)
+    return Finding(message, evidence, fix, snippets.dataloader(ctx.applied(fix), True), gain, base.ids)

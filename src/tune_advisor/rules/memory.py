@@ -75,7 +75,7 @@ def memory_headroom_unused(ctx: Context) -> Finding | None:
              f"{previous['batch_size']} to {batch})")
     gain = Gain.estimated(per_doubling, basis)
     fix = {"batch_size": batch * 2}
-    snippet = (snippets.dataloader({**subject.settings, **fix}, ctx.cuda) + "\n"
+    snippet = (snippets.dataloader(ctx.applied(fix), ctx.cuda) + "\n"
                + snippets.lr_scaling(batch, batch * 2))
     return Finding(message, evidence, fix, snippet, gain, previous.ids + subject.ids)
 
@@ -219,6 +219,6 @@ def oom_frontier(ctx: Context) -> Finding | None:
             f"{k} cuts peak memory to {v['memory_ratio']:.2f}x (estimated batch ~{v['estimated_batch_size']})"
             for k, v in opened.items())
         evidence["memory_saving"] = opened
-    snippet = snippets.dataloader(fits.settings, ctx.cuda)
+    snippet = snippets.dataloader(ctx.applied({"batch_size": fits["batch_size"]}), ctx.cuda)
     return Finding(message, evidence, {"batch_size": fits["batch_size"]}, snippet,
                    Gain.estimated(None, "a capacity finding: the batch it opens must be measured"), probes)
