@@ -1,10 +1,15 @@
 """Does a results.json contradict itself? The checks a report must pass before anyone acts on it.
 
-A finding's fix may not set a knob to another value than the recommendation holds (a next step the run did not
-try, TA703's batch advice, is no contradiction), and a next step called untried was not measured by any probe; TA504 may not advise against a compile mode the recommendation
+A finding's fix may not set a knob to another value than the recommendation holds, nor may its code write another
+batch size or worker count where it advises on that knob or advises nothing (a next step the run did not try,
+TA703's batch advice, is no contradiction), and a next step called untried was not measured by any probe; TA504 may not advise against a compile mode the recommendation
 holds; TA702/TA704 may not question a numeric knob the recommendation changed; an `ok` probe has a throughput; a
 speedup is stated only for a recommendation that changes something; the baseline's and the recommendation's
 figures stand in the ratio of the speedup.
+
+One figure per comparison: `kept_contribution` is the figure a kept change is quoted with everywhere (the rules'
+findings and the report's staircase both read it), and `shown_contradictions` checks a rendered report.html for two
+different figures for one comparison (the figures the HTML marks with `data-change` and `data-speedup`).
 """
 
 from __future__ import annotations
@@ -14,6 +19,10 @@ from typing import Any
 
 ADVICE_AGAINST_COMPILE = re.compile(r"did not train faster|leave it off")
 FIGURES_TOLERANCE = 0.01  # the figures are worked out on one level (planner/figures.py): only rounding may differ
+# A figure a report shows: <... data-change="amp=bf16" data-speedup="2.13"> (the change, or "recommended")
+_SHOWN = re.compile(r'data-change="([^"]*)"\s+data-speedup="([0-9.]+)"')
+# A value a finding's code writes for a knob: DataLoader(..., batch_size=32, num_workers=4)
+_CODE_VALUE = {knob: re.compile(rf"\b{knob}=(\d+)") for knob in ("num_workers", "batch_size")}
 
 
 def measured_by(probes: list[dict[str, Any]], settings: dict[str, Any]) -> list[str]:
@@ -32,11 +41,16 @@ def contradictions(document: dict[str, Any]) -> list[str]:
         found.append(f"the recommendation keeps the baseline, yet the speedup reads {document['speedup']['median']:.3g}x")
     for f in document.get("findings") or []:
         code, message = f.get("code", "?"), f.get("message", "")
-        for knob, value in ((f.get("fix") or {}).get("settings") or {}).items():
-            if knob in rec and rec[knob] != value and code != "TA703" and "not tried" not in message:
+        fix = (f.get("fix") or {}).get("settings") or {}
+        advice = code != "TA703" and "not tried" not in message
+        for knob, value in fix.items():
+            if knob in rec and rec[knob] != value and advice:
                 found.append(f"{code} fixes {knob}={value}, the recommendation has {knob}={rec[knob]}")
+        for knob, pattern in _CODE_VALUE.items():
+            written = pattern.search((f.get("fix") or {}).get("snippet") or "")
+            if written and advice and (knob in fix or not fix) and knob in rec and int(written[1]) != rec[knob]:
+                found.append(f"{code}'s code sets {knob}={written[1]}, the recommendation has {knob}={rec[knob]}")
         if "not tried in this run" in message:  # a next step no probe measured: say so only where none did
-            fix = (f.get("fix") or {}).get("settings") or {}
             measured = measured_by(document.get("probes") or [], fix) if fix else []
             if measured:
                 found.append(f"{code} calls {', '.join(f'{k}={v}' for k, v in fix.items())} not tried in this run, "
@@ -62,3 +76,27 @@ def _figures_ratio(figures: dict[str, Any]) -> float | None:
     base, rec = ((figures.get(side) or {}).get("median") for side in ("baseline", "recommended"))
     ok = all(isinstance(x, (int, float)) and x > 0 for x in (base, rec))
     return rec / base if ok else None
+
+
+def kept_contribution(document: dict[str, Any], knob: str, value: Any) -> dict[str, Any] | None:
+    """What the kept change `knob`=`value` contributed to the recommendation, as the ablation measured it (the
+    winner beside itself without the knob: {median, ci_low, ci_high, probes, method, beside}), or None when the
+    ablation did not measure it. The one figure a report quotes for that change."""
+    for entry in (document.get("plan") or {}).get("ablation") or []:
+        c = entry.get("contribution") if isinstance(entry, dict) else None
+        if entry.get("knob") == knob and entry.get("value") == value and isinstance(c, dict) \
+                and isinstance(c.get("median"), (int, float)):
+            return {"median": c["median"], "ci_low": c.get("ci_low"), "ci_high": c.get("ci_high"),
+                    "probes": [str(p) for p in entry.get("probes") or []], "method": entry.get("method") or "",
+                    "beside": entry.get("beside")}
+    return None
+
+
+def shown_contradictions(page: str) -> list[str]:
+    """One line per comparison a rendered report shows with two different figures (each figure as rounded for
+    display, to two decimals): the verdict and the staircase's total, a finding and the staircase's stair."""
+    shown: dict[str, set[str]] = {}
+    for change, figure in _SHOWN.findall(page):
+        shown.setdefault(change, set()).add(f"{float(figure):.2f}")
+    return [f"{change} is shown as {' and '.join(sorted(figures, key=float))}x"
+            for change, figures in shown.items() if len(figures) > 1]

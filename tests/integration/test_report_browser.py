@@ -92,9 +92,11 @@ def test_every_example_report_loads_offline_with_every_section_and_sorts(browser
                 heading = page.locator(f"section#{section} h2")
                 assert heading.count() == 1 and heading.is_visible(), (name, section)
             assert page.locator("#verdict .verdict").inner_text().strip(), name
-            # throughput per probe and the step breakdown always; batch size vs throughput when batches varied
-            assert page.locator("#charts svg").count() >= 2, name
-            # WHEN the throughput header is clicked THEN rows are in ascending throughput, failures last
+            # each change's share and the step breakdown always; batch size vs throughput when batches varied
+            assert page.locator("#staircase svg, #charts svg").count() >= 2, name
+            # WHEN the folded probe list is opened and the throughput header clicked THEN rows are in ascending
+            # throughput, failures last
+            page.locator("#probe-list summary").click()
             before = probe_order(page)
             page.get_by_role("button", name="throughput [95% CI]").click()
             ascending = probe_order(page)
@@ -165,3 +167,39 @@ def test_compare_page_loads_offline(browser, tmp_path):
         visit.screenshot("compare")
     finally:
         visit.close()
+
+
+FIRST_SCREEN = {"width": 1280, "height": 800}
+
+
+def in_first_screen(page, selector: str) -> bool:
+    """Whether the element is visible and wholly inside the first screen (no scrolling, down or sideways)."""
+    box = page.locator(selector).first.bounding_box()
+    return (page.locator(selector).first.is_visible() and box is not None and box["y"] >= 0 and box["x"] >= 0
+            and box["y"] + box["height"] <= FIRST_SCREEN["height"] and box["x"] + box["width"] <= FIRST_SCREEN["width"])
+
+
+@pytest.mark.parametrize("name", ["cnn", "hf_trainer"])
+def test_the_first_screen_answers_and_the_method_is_one_click_away(browser, name):
+    # GIVEN a committed report opened at 1280x800
+    path = ROOT / "reports" / name / "report.html"
+    page = browser.new_page(viewport=FIRST_SCREEN)
+    try:
+        page.goto(path.resolve().as_uri(), wait_until="load")
+        # THEN the verdict sentence, the confirmed speedup with its CI and the "Apply it" code show without scrolling
+        headline = page.locator("#headline").inner_text()
+        assert headline.startswith("Change ") and "x faster (95% CI " in headline
+        assert in_first_screen(page, "#headline") and in_first_screen(page, "#speedup-ci")
+        assert page.locator("#speedup-ci").inner_text().startswith("95% CI ")
+        assert in_first_screen(page, "#apply-it")
+        # AND nothing is wider than the screen
+        assert page.evaluate("document.documentElement.scrollWidth") <= FIRST_SCREEN["width"]
+        # AND the derivation of the figures is hidden until "How this was measured" is opened
+        derivation = page.locator("#how-measured li").first
+        assert not derivation.is_visible()
+        page.locator("#how-measured summary").click()
+        assert derivation.is_visible() and "interval" in page.locator("#how-measured").inner_text()
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=ARTIFACTS / f"first-screen-{name}.png")
+    finally:
+        page.close()

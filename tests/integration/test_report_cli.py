@@ -30,7 +30,21 @@ def test_report_re_renders_all_three_outputs(cli, tmp_path):
     assert result.exit_code == 0, result.output
     assert (tmp_path / "out" / "report.html").stat().st_size > 10_000
     assert "2.29x" in (tmp_path / "out" / "report.md").read_text()
-    assert "Speedup      2.29x" in result.output and "wrote" in result.output
+    assert "2.29x faster (95% CI 2.21–2.38)." in result.output and "wrote" in result.output
+
+
+def test_report_verbose_prints_every_derivation_and_a_cost_per_hour_prices_an_epoch(cli, tmp_path):
+    # GIVEN the io_bound run (2,048 samples an epoch) re-rendered with an hour's price
+    result = cli("report", IO, "-o", tmp_path, "--cost-per-hour", "2.50")
+    assert result.exit_code == 0, result.output
+    # THEN the summary and both reports give the epoch's time and cost before and after
+    assert "cost of an epoch at 2.5/h: " in result.output and "one epoch (2,048 samples): " in result.output
+    for name in ("report.html", "report.md"):
+        assert "cost of an epoch at 2.5/h" in (tmp_path / name).read_text()
+    assert "Speedup " not in result.output  # the derivation waits for --verbose
+    verbose = cli("report", IO, "-o", tmp_path, "--verbose")
+    assert "Speedup " in verbose.output and "Every probe" in verbose.output
+    assert cli("report", IO, "-o", tmp_path, "--cost-per-hour", "0").exit_code != 0
 
 
 def test_report_writes_next_to_the_results_by_default(cli, tmp_path):

@@ -15,11 +15,11 @@ from rich.console import Console
 from tune_advisor import results
 from tune_advisor.render import charts, html, markdown, terminal, view, write_compare, write_reports
 
-from ..conftest import HOSTILE, golden, hostile_document, minimal_documents, with_findings
+from ..conftest import HOSTILE, ROOT, golden, hostile_document, minimal_documents, with_findings
 
-def terminal_text(document: dict) -> str:
+def terminal_text(document: dict, verbose: bool = False) -> str:
     console = Console(file=io.StringIO(), width=200, color_system=None)
-    terminal.document_summary(document, console)
+    terminal.document_summary(document, console, verbose=verbose)
     return console.file.getvalue()
 
 
@@ -75,8 +75,11 @@ def test_terminal_summary_of_a_document_lists_top_findings_and_failures():
     doc = with_findings()
     doc["probes"][5].update(status="oom", error="CPU allocator: out of memory")
     text = terminal_text(doc)
-    assert "Speedup      2.29x" in text and "Apply it" in text
-    assert "TA401 fp32-on-bf16-capable-cpu" in text and "Failed probes" in text and "out of memory" in text
+    assert "2.29x faster (95% CI 2.21–2.38)." in text.splitlines()[1] and "Apply it" in text
+    assert "TA401 (measured 1.82x)" in text and "1 failed" in text
+    verbose = terminal_text(doc, verbose=True)
+    assert "Speedup      2.29x" in verbose and "Apply it" in verbose
+    assert "TA401 fp32-on-bf16-capable-cpu" in verbose and "Failed probes" in verbose and "out of memory" in verbose
 
 
 def test_write_reports_writes_both_files_atomically(tmp_path):
@@ -198,7 +201,8 @@ def test_probes_stopped_by_the_budget_or_a_partner_and_unsupported_ones_are_not_
     failed_md = md.split("### Failed probes")[1].split("###")[0] if "### Failed probes" in md else ""
     assert "p090" not in failed_md and "budget (--budget) ran out" in md.split("### Stopped before a whole window")[1]
     assert "no bf16 kernel" in md.split("### Unsupported on this machine")[1]
-    text = terminal_text(doc)
+    assert "failed" not in terminal_text(doc) and "2 stopped, 1 unsupported" in terminal_text(doc)
+    text = terminal_text(doc, verbose=True)
     assert "budget (--budget) ran out" in text.split("Stopped before a whole window")[1]
     assert "p090" not in text.split("Stopped before a whole window")[0]
     page = html.render(doc)
@@ -217,13 +221,16 @@ def test_the_verdict_figures_say_what_kind_of_interval_they_are():
     doc["figures"] = {side: {"median": 1234.5, "ci_low": 1100.0, "ci_high": 1380.0, "unit": "samples/s",
                              "interval": f"95% prediction interval of one more run, over 3 runs ({side})",
                              "runs": ["p001", "p007", "p009"]} for side in ("baseline", "recommended")}
-    page, md, text = html.render(doc), markdown.render(doc), terminal_text(doc)
+    page, md, text = html.render(doc), markdown.render(doc), terminal_text(doc, verbose=True)
+    how = page.split('id="how-measured"')[1].split("</details>")[0]
     for side in ("baseline", "recommended"):
         label = f"95% prediction interval of one more run, over 3 runs ({side})"
-        assert label in page and label in md and label in text
+        # behind "how this was measured": the HTML's details, Markdown's footnote, the terminal's --verbose
+        assert label in how and label in md.split("[^how]: ")[1] and label in text
+        assert label not in terminal_text(doc)
     assert "1,234" in page or "1234" in page
-    # AND the verdict's cards give the range with the figure's own kind, never called a "95% CI" beside it
-    assert "1,100–1,380 · 95% prediction interval of one more run" in page
+    # AND the range is given with the figure's own kind, never called a "95% CI" beside it
+    assert "1,234 [1,100, 1,380] samples/s: 95% prediction interval of one more run" in how
     assert "95% CI 1,100–1,380" not in page
 
 
@@ -238,3 +245,23 @@ def test_a_ddp_probe_shows_each_ranks_own_gpu_utilisation():
     # AND a probe on one GPU (one rank, or no rank list) gets no per-rank line
     doc["probes"][0]["gpu"] = {"util_mean": 91.0, "ranks": [{"util_mean": 91.0}]}
     assert "per rank" not in html.render(doc)
+
+
+# --- the terminal fits a screen ---------------------------------------------------------------------------------
+
+COMMITTED = sorted([*ROOT.glob("reports/*/results.json"), *ROOT.glob("reports/gpu/*/results.json"),
+                    *ROOT.glob("tests/golden/*.results.json")])
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_default_summary_fits_a_screen_and_verbose_keeps_every_probe_and_derivation(path):
+    doc = json.loads(path.read_text())
+    lines = terminal.render(doc).splitlines()
+    assert len(lines) <= 25 and max(map(len, lines)) <= 160, "\n".join(lines)
+    verbose = terminal.render(doc, verbose=True)
+    assert all(f"  {p['id']} " in verbose for p in doc["probes"])
+    r = view.build(doc)
+    derivations = [r.figures[side]["interval"] for side in ("baseline", "recommended") if r.figures[side]["median"]]
+    derivations += [(doc.get("speedup") or {}).get("method"), *(f.basis for f in r.findings),
+                    *(s.how for s in r.staircase)]
+    assert [d for d in derivations if d and d not in verbose] == []

@@ -1,4 +1,4 @@
-"""What the reports show: the staircase of measured improvements, the verdict, and forgiving reads."""
+"""What the reports show: one figure per change (the staircase), the verdict, and forgiving reads."""
 
 from __future__ import annotations
 
@@ -24,46 +24,65 @@ def document(probes: list[dict], baseline: dict, recommended: dict) -> dict:
             "speedup": None, "findings": [], "budget": {}}
 
 
-def test_the_staircase_of_a_real_run_uses_the_probes_that_measured_each_prefix():
-    steps = view.build(golden("cnn")).staircase
-    assert [s.label for s in steps] == ["baseline", "+ amp=bf16", "+ channels_last=true", "+ batch_size=64"]
-    assert [s.probe.id for s in steps] == ["p001", "p002", "p011", "p012"]
-    assert steps[-1].ratio == golden("cnn")["probes"][11]["throughput"]["median"] / 225.6734252273541
+def ablated(doc: dict, **contributions: float) -> dict:
+    """`doc` with a confirmed speedup of 3x (CI 2.8–3.2) and the ablation's contribution of each named knob."""
+    rec = doc["recommended"]["settings"]
+    doc["speedup"] = {"median": 3.0, "ci_low": 2.8, "ci_high": 3.2, "method": "in lockstep, 5 rounds"}
+    doc["plan"] = {"ablation": [{"knob": k, "value": rec[k], "without": None, "probes": ["p010", "p011"],
+                                 "contribution": {"median": c, "ci_low": c * 0.9, "ci_high": c * 1.1},
+                                 "kept": True, "method": "in lockstep"} for k, c in contributions.items()]}
+    return doc
 
 
-def test_a_stair_no_probe_measured_says_not_measured_and_carries_no_number():
-    # GIVEN a run that measured the baseline and amp+batch together, but neither change alone
+def test_each_stair_is_a_kept_changes_own_contribution_and_the_rows_multiply_to_the_confirmed_speedup():
+    # GIVEN amp and batch_size kept, the ablation measuring 2x and 1.25x, and a confirmed 3x
     base = probe("p001", "baseline", median=100.0)
+    both = probe("p002", median=400.0, amp="bf16", batch_size=64)  # a probe median reading 4x: never a stair
+    steps = view.build(ablated(document([base, both], base, both), amp=2.0, batch_size=1.25)).staircase
+    # THEN each change shows its own figure, the interaction what their product leaves, then the confirmed 3x
+    assert [(s.kind, s.label) for s in steps] == [("change", "+ amp=bf16"), ("change", "+ batch_size=64"),
+                                                  ("rest", "interaction"), ("total", "recommended (confirmed)")]
+    assert [s.figure["median"] for s in steps] == [2.0, 1.25, pytest.approx(1.2), 3.0]
+    assert steps[-1].cumulative == 3.0 and steps[-1].figure["ci_low"] == 2.8
+    assert "with and without amp=bf16" in steps[0].how and "in lockstep" in steps[-1].how
+
+
+def test_a_change_the_ablation_did_not_measure_is_named_in_the_rest_never_given_a_guess():
+    base = probe("p001", "baseline")
     both = probe("p002", median=300.0, amp="bf16", batch_size=64)
-    steps = view.build(document([base, both], base, both)).staircase
-    assert [s.label for s in steps] == ["baseline", "+ amp=bf16", "+ batch_size=64"]
-    assert steps[1].probe is None and not steps[1].measured and steps[1].ratio is None
-    assert steps[2].probe.id == "p002" and steps[2].ratio == 3.0
+    steps = view.build(ablated(document([base, both], base, both), batch_size=1.5)).staircase
+    assert [s.label for s in steps] == ["+ batch_size=64", "amp=bf16 and the interaction", "recommended (confirmed)"]
+    assert steps[1].figure == {"median": 2.0} and "not measured on its own" in steps[1].how
 
 
-def test_the_staircase_prefers_the_order_that_was_measured():
-    # GIVEN batch 64 alone was measured, amp alone was not: batch goes first, against the default order
+def test_a_single_change_is_quoted_with_the_confirmed_speedup_its_own_comparison():
     base = probe("p001", "baseline")
-    bs = probe("p002", "ladder:batch_size", median=150.0, batch_size=64)
-    both = probe("p003", median=300.0, amp="bf16", batch_size=64)
-    steps = view.build(document([base, bs, both], base, both)).staircase
-    assert [s.label for s in steps][1:] == ["+ batch_size=64", "+ amp=bf16"]
-    assert all(s.measured for s in steps)
+    win = probe("p002", median=200.0, batch_size=64)
+    report = view.build(ablated(document([base, win], base, win), batch_size=2.5))
+    assert [s.figure["median"] for s in report.staircase] == [3.0, 3.0]
 
 
-def test_a_failed_stair_is_shown_with_its_status():
+def test_a_finding_on_a_kept_change_quotes_the_staircases_figure():
+    # GIVEN a rule's finding quoting its own probe ratio (1.37x) for amp=bf16, which the ablation measured at 2x
     base = probe("p001", "baseline")
-    oom = probe("p002", status="oom", batch_size=64)
-    win = probe("p003", median=200.0, amp="bf16", batch_size=64)
-    steps = view.build(document([base, oom, win], base, win)).staircase
-    failed = next(s for s in steps if s.probe is not None and s.probe.id == "p002")
-    assert not failed.measured and failed.ratio is None
+    both = probe("p002", median=300.0, amp="bf16", batch_size=64)
+    doc = ablated(document([base, both], base, both), amp=2.0, batch_size=1.25)
+    doc["findings"] = [{"code": "TA401", "name": "fp32", "severity": "warning",
+                        "message": "amp=bf16 trains 1.37x [1.25, 1.50] faster than float32",
+                        "fix": {"settings": {"amp": "bf16"}, "snippet": ""},
+                        "gain": {"measured": True, "speedup": {"median": 1.37, "ci_low": 1.25, "ci_high": 1.5},
+                                 "time_saved_frac": 0.27}, "probes": ["p001", "p002"], "evidence": {}}]
+    report = view.build(doc)
+    finding, stair = report.findings[0], report.staircase[0]
+    assert finding.speedup == stair.figure and finding.change == "amp=bf16"
+    assert finding.message == "amp=bf16 trains 2.00x [1.80, 2.20] faster than float32"
+    assert finding.time_saved_frac == pytest.approx(0.5)
 
 
 def test_no_change_means_a_single_stair_and_a_keep_verdict():
     base = probe("p001", "baseline")
     report = view.build(document([base], base, base))
-    assert [s.label for s in report.staircase] == ["baseline"]
+    assert report.staircase == [] and report.headline == ""
     assert report.verdict.startswith("Keep your settings") and report.snippet is None
 
 
@@ -105,3 +124,20 @@ def test_the_reproduce_command_names_the_tool_not_this_machines_path():
     assert view.build({"schema_version": 2, "command": ["/x/src/tune_advisor/__main__.py", "analyze", "m.py"]}
                       ).command == \
         "python -m tune_advisor analyze m.py"
+
+
+def test_an_interrupted_runs_verdict_gives_its_best_so_far_as_not_confirmed():
+    # GIVEN a run stopped before its confirmation, whose best so far was batch 128 at 1.42x [1.21, 1.66]
+    doc = golden("cnn")
+    doc.update(recommended=None, speedup=None)
+    doc["best_so_far"] = {"probe": "p007", "changes": {"batch_size": 128},
+                          "gain": {"median": 1.42, "ci": [1.21, 1.66]}, "confirmed": False}
+    # THEN the verdict says what it was, that it is not confirmed, and how to finish
+    verdict = view.build(doc).verdict
+    assert "no recommendation yet" in verdict
+    assert "Best so far, not confirmed: batch_size=128, 1.42x (95% CI 1.21–1.66) against the baseline (p007)" \
+        in verdict and "--resume" in verdict
+    # AND where nothing had beaten the baseline, it says that instead
+    doc["best_so_far"] = {"probe": "p001", "changes": {}, "gain": {"median": 1.0, "ci": [1.0, 1.0]},
+                          "confirmed": False}
+    assert view.build(doc).verdict.endswith("Nothing had beaten the baseline when it stopped.")

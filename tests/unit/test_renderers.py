@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html as html_lib
+import io
 import re
 
 import pytest
@@ -30,7 +31,8 @@ def test_each_renderer_module_is_a_renderer_and_renders_the_recommended_settings
 
 def test_the_terminal_renders_what_it_prints_as_plain_text():
     text = terminal.render(golden("cnn"))
-    assert "Speedup      2.29x" in text and "Apply it" in text
+    assert "2.29x faster (95% CI 2.21–2.38)." in text and "Apply it" in text
+    assert "Speedup      2.29x" in terminal.render(golden("cnn"), verbose=True)
     assert "\x1b[" not in text and "[bold]" not in text  # no colour codes, no rich markup
 
 
@@ -50,8 +52,7 @@ def apply_it(name: str, doc: dict) -> str:
                                                            if not line.startswith("    "))])
     if name == "markdown":
         return re.search(r"### Apply it\n\n(`{3,})python\n(.*?)\n\1\n", text, re.S).group(2)
-    return html_lib.unescape(re.search(r'<section id="settings".*?<pre><code>(.*?)</code></pre>', text, re.S)
-                             .group(1))
+    return html_lib.unescape(re.search(r'<pre id="apply-it"><code>(.*?)</code></pre>', text, re.S).group(1))
 
 
 def test_terminal_html_and_markdown_show_the_same_apply_it_snippet():
@@ -85,10 +86,14 @@ def test_every_renderer_shows_where_a_later_measure_of_the_speedup_falls_and_a_h
     shown = f"{s['later']['ci_low']:.2f}–{s['later']['ci_high']:.2f}x"
     # THEN each renderer shows it beside the confirmed speedup, whose own CI stays as it was
     text = {name: module.render(doc) for name, module in RENDERERS.items()}
+    text["terminal"] = terminal.render(doc, verbose=True)  # a derivation: --verbose prints it
     assert f"Speedup      2.29x (95% CI 2.21–2.38); {shown} in a later session" in text["terminal"]
-    assert f"Speedup {shown} in a later session (95%: where a later measure" in text["markdown"]
-    card = re.search(r'confirmed speedup</div>.*?<div class="detail">(.*?)</div>', text["html"], re.S).group(1)
-    assert card.startswith(f"95% CI 2.21–2.38x; {shown} in a later session; ")
+    assert f"{shown} in a later session: 95%: where a later measure" in text["markdown"].split("[^how]: ")[1]
+    card = re.search(r'confirmed speedup</div>.*?<div class="detail" id="speedup-ci">(.*?)</div>', text["html"],
+                     re.S).group(1)
+    assert card == "95% CI 2.21–2.38x"  # the CI beside the figure; where a later measure falls, one click away
+    how = text["html"].split('id="how-measured"')[1].split("</details>")[0]
+    assert f"{shown} in a later session</strong>" not in how and f"{shown} in a later session: 95%: where" in how
     # AND the side-by-side comparison of two runs too
     assert f"{shown} in a later session" in html.render_compare(doc, golden("cnn"), ("a", "b"))
     # AND a file without it (written before it existed), or without one of its bounds, renders without it
@@ -100,3 +105,29 @@ def test_every_renderer_shows_where_a_later_measure_of_the_speedup_falls_and_a_h
         doc["speedup"]["later"] = junk
         with pytest.raises(record.ValidationError, match="speedup.later"):
             terminal.render(doc)
+
+
+def test_analyzes_live_output_is_one_status_line_and_verbose_adds_a_line_per_probe(monkeypatch):
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from tune_advisor.cli import analyze
+
+    monkeypatch.setattr(analyze, "err", Console(file=io.StringIO(), width=200))
+    info = SimpleNamespace(baseline={"batch_size": 32}, facts=SimpleNamespace(model_class="M", parameters=10))
+    finished = SimpleNamespace(settings={"batch_size": 32}, status=SimpleNamespace(value="ok"), ok=False, error="",
+                               id="p001", role="baseline", wall_s=1.0)
+    # GIVEN the default output: a probe starts and finishes
+    live = analyze.LiveOutput(Path("x.py"), 60.0, show=True, quiet=False)
+    live.on_start(info, None)
+    live.on_probe_start("p001", {"batch_size": 32}, "baseline")
+    live.on_probe(finished, None)
+    # THEN nothing scrolls by: the one status line says the time of the budget and the probes done
+    assert analyze.err.file.getvalue() == "" and live.status.status == "0 s / 60 s · 1 probe done"
+    # AND --verbose prints the workload and the finished probe, as before
+    verbose = analyze.LiveOutput(Path("x.py"), 60.0, show=True, quiet=False, verbose=True)
+    verbose.on_start(info, None)
+    verbose.on_probe(finished, None)
+    assert "x.py: M, 10 parameters" in analyze.err.file.getvalue() and "p001  baseline" in analyze.err.file.getvalue()

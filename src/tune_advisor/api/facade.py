@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -16,8 +17,9 @@ from .. import workload as workload_mod
 from ..collectors import designate, flops
 from ..distributed import launch
 from ..errors import UsageError
-from ..planner import Outcome, PlanContext, Session, budget, figures, plan
+from ..planner import Outcome, PlanContext, Session, budget, compare, figures, plan
 from ..planner.keep import DUEL_ROLE
+from ..planner.ledger import ProbeLedger
 from ..probe.backend import ProbeBackend, ProbeLimits
 from ..probe.result import ProbeResult
 from ..probe.spec import ProbeSpec
@@ -75,7 +77,7 @@ def analyze(path: str | Path, options: AnalyzeOptions | None = None,
         script = script_mode(path, options, layout)
         inspect_s = budget.inspection_limit(options.budget, INSPECT_TIMEOUT_S,
                                             None if script is None else options.probe_timeout)
-        info = inspect_workload(path, device, workdir, inspect_s, script=script)
+        info = inspect_workload(path, device, workdir, inspect_s, script=script, as_workload=script is None)
         memory = _memory_budget(options.max_memory, previous, device)
         record = _start_record(path, out_dir, options, info, device, layout, memory, previous)
         backend = remote or executors.local_backend(device, layout, workdir, memory)
@@ -90,29 +92,34 @@ def analyze(path: str | Path, options: AnalyzeOptions | None = None,
         except KeyboardInterrupt:  # the running probe's group is killed already (probe.runner); keep what finished
             if not session.ledger.replaying:  # mid-replay the file on disk still holds every finished probe
                 _interrupted(record, session, resuming=previous is not None)
-                write_reports(record.document, out_dir)  # a second Ctrl-C may cut this short: results.json is saved
+                # a second Ctrl-C may cut this short: results.json is saved
+                write_reports(record.document, out_dir, options.cost_per_hour)
             raise
         finally:
             backend.close()
         _complete(record, outcome, session, options, resuming=previous is not None)
-        write_reports(record.document, out_dir)
+        write_reports(record.document, out_dir, options.cost_per_hour)
         return Analysis(outcome.baseline, outcome.recommended, outcome.speedup, outcome.probes, outcome.notes,
                         outcome.unexplored, out_dir, record.document)
 
 
 def script_mode(path: str | Path, options: AnalyzeOptions, layout: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The spec's `script` when the file is a plain training script (it defines no build_model(): see
-    workload.is_script), else None; UsageError for script arguments given to a workload file, or a DDP script."""
-    if not workload_mod.is_script(workload_mod.check_file(path)):
+    """The spec's `script` when the file is a plain training script (workload.is_script, or --script/--workload),
+    else None; UsageError for script arguments given to a workload file, or a DDP script. `home`: the caller's
+    folder, which the script sees as its working directory (script/cwd.py)."""
+    resolved = workload_mod.check_file(path)
+    as_script = workload_mod.is_script(resolved) if options.as_script is None else options.as_script
+    if not as_script:
         if options.script_args:
-            raise UsageError(f"{path} defines build_model() (a workload file), so it takes no arguments after --; "
-                             "arguments after -- are for a plain training script")
+            raise UsageError(f"{path} is taken for a workload file (it defines build_model() or another entry point "
+                             "taking no arguments), so it takes no arguments after --; arguments after -- are for a "
+                             f"plain training script: add {workload_mod.FORCE_SCRIPT} to run it as one")
         return None
     if layout is not None:
         raise UsageError("script mode measures one process: --nproc-per-node/--nnodes need a build_model() "
                          "workload")
     return {"args": list(options.script_args), "map": flags.maps_to_json(options.maps),
-            "cwd": None if options.script_cwd is None else str(options.script_cwd)}
+            "cwd": None if options.script_cwd is None else str(options.script_cwd), "home": os.getcwd()}
 
 
 def default_out_dir(path: str | Path) -> Path:
@@ -253,8 +260,19 @@ def _interrupted(record: RunRecord, session: Session, resuming: bool) -> None:
     if resuming:
         record.resumed([p.id for p in ledger.reused], [p.id for p in ledger.discarded])
     record.interrupted([f"interrupted after {len(ledger.probes)} probes, before a recommendation; "
-                        "`tune-advisor analyze --resume` continues the run"])
+                        "`tune-advisor analyze --resume` continues the run"], _best_so_far(ledger))
     record.save()
+
+
+def _best_so_far(ledger: ProbeLedger) -> dict[str, Any] | None:
+    """The plan's best when it was interrupted, with its gain as the plan measured it (not confirmed; issue 21):
+    None before the baseline measured."""
+    base, best = ledger.baseline, ledger.best
+    if base is None or not base.ok:
+        return None
+    if best is None or not best.ok or best.settings == base.settings:
+        return results.best_so_far(base, base, (1.0, 1.0, 1.0))
+    return results.best_so_far(base, best, compare.gain(ledger, base, best))
 
 
 def _complete(record: RunRecord, outcome: Outcome, session: Session, options: AnalyzeOptions,
@@ -268,6 +286,9 @@ def _complete(record: RunRecord, outcome: Outcome, session: Session, options: An
                              "reused")
     if resuming:
         record.resumed([p.id for p in ledger.reused], [p.id for p in ledger.discarded])
+    if record.document["workload"].get("kind") == "script":  # where its batch size came from, what it wrote
+        extra = record.document["workload"]["facts"].get("extra") or {}
+        outcome.notes.extend(flags.script_notes(extra.get("script") or {}, record.document["probes"]))
     unit = outcome.baseline.unit
     record.complete(baseline=outcome.baseline.to_dict(), recommended=outcome.recommended.to_dict(),
                     speedup=outcome.speedup,

@@ -55,7 +55,8 @@ class AnalyzeOptions:
     (`ray_address`: the cluster to join). `resume`: continue the interrupted run in `out`, reusing its finished
     probes. `script_args`: a plain script's arguments (after `--`); `maps`: its flags that set knobs (`--map`
     specs, or pyproject's knob -> FLAG[:VALUE] table), held as {knob: FlagMap}; `script_cwd`: the folder the script
-    runs in (None: a scratch folder per probe). See docs/script-mode.md. `session_drift`: the log sd of the
+    runs in (None: a scratch folder per probe mirroring the caller's); `as_script`: True/False run the file as a
+    plain script/a workload whatever it defines (None: workload.is_script decides). See docs/script-mode.md. `session_drift`: the log sd of the
     machine's level between runs that every figure's interval carries (None: figures.SESSION_DRIFT), and, scaled,
     the speedup's range for a later measure (`figures.speedup_drift`).
     """
@@ -82,7 +83,9 @@ class AnalyzeOptions:
     script_args: Sequence[str] | None = None
     maps: Sequence[str] | Mapping[str, str] | None = None
     script_cwd: Path | str | None = None
+    as_script: bool | None = None
     session_drift: float | None = None
+    cost_per_hour: float | None = None  # what an hour of the machine costs: the reports show an epoch's cost
 
     def __post_init__(self):
         if self.strategy not in STRATEGIES:
@@ -95,6 +98,9 @@ class AnalyzeOptions:
         if self.session_drift is not None and not 0 <= self.session_drift < 1:
             raise UsageError(f"--session-drift {self.session_drift}: expected how far this machine's level moves "
                              "between runs as a log sd, from 0 (it never moves) to below 1 (e.g. 0.074)")
+        if self.cost_per_hour is not None and not self.cost_per_hour > 0:
+            raise UsageError(f"--cost-per-hour {self.cost_per_hour}: expected what an hour of this machine costs, "
+                             "above 0 (e.g. 2.50)")
         normal = {"budget": parse_duration(self.budget), "probe_timeout": parse_duration(self.probe_timeout),
                   "max_memory": parse_bytes(self.max_memory), "out": None if self.out is None else Path(self.out),
                   "protocol": self.protocol or Protocol(),

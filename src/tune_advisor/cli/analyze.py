@@ -27,40 +27,50 @@ def best_so_far(session) -> str:
     if base is None or best is None or best.settings == base.settings or not (base.ok and best.ok):
         return ""
     gain = compare.describe_gain(ledger, base, best)
-    return f"; best so far: {knobs.describe(best.settings, base.settings)} at {gain}"
+    return f" · best so far: {knobs.describe(best.settings, base.settings)} at {gain}"
 
 
 class LiveOutput(api.SilentObserver):
-    """analyze's live output on stderr: the workload, a status line for the running probe, a line per finished
-    probe (`show`), and notices about resuming (unless `quiet`)."""
+    """analyze's live output on stderr: one status line (elapsed of the budget, probes done, the best so far and
+    its gain); `verbose` adds the workload and a line per finished probe; notices about resuming unless `quiet`.
+    `show` False (--quiet, --json): no status line either."""
 
-    def __init__(self, file: Path, budget_s: float | None, show: bool, quiet: bool):
-        self.file, self.budget_s, self.show, self.quiet = file, budget_s, show, quiet
+    def __init__(self, file: Path, budget_s: float | None, show: bool, quiet: bool, verbose: bool = False):
+        self.file, self.budget_s, self.show, self.quiet, self.verbose = file, budget_s, show, quiet, verbose
         self.started = time.monotonic()
         self.status = err.status("inspecting the workload…") if show else None
-        self.baseline, self.session, self.n = None, None, 0
+        self.baseline, self.session, self.n, self.done = None, None, 0, 0
 
     def on_start(self, info, session) -> None:
         self.baseline, self.session = info.baseline, session
-        if self.show:
+        if self.show and self.verbose:
             err.print(f"[bold]{self.file}[/]: {info.facts.model_class}, {info.facts.parameters:,} parameters; "
                       f"baseline {knobs.brief(info.baseline)}")
+        self._update()
 
     def on_probe_start(self, probe_id, settings, role) -> None:
         self.n += 1
-        if self.status is not None:
-            elapsed = time.monotonic() - self.started
-            left = f", budget left {max(0.0, self.budget_s - elapsed):.0f} s" if self.budget_s is not None else ""
-            self.status.update(f"probe {self.n} ({role}): {knobs.describe(settings, self.baseline)} — "
-                               f"{elapsed:.0f} s elapsed{left}{best_so_far(self.session)}")
+        self._update(f"probe {self.n} ({role})" if self.verbose else "")
 
     def on_probe(self, result, session) -> None:
-        if self.show:
+        self.done += 1
+        if self.show and self.verbose:
             err.print(probe_line(result, self.baseline), markup=False)
+        self._update()
 
     def on_notice(self, message: str) -> None:
         if not self.quiet:
             err.print(message, markup=False)
+
+    def _update(self, running: str = "") -> None:
+        """The one status line: elapsed of the budget, probes done, the best so far with its gain."""
+        if self.status is None:
+            return
+        elapsed = time.monotonic() - self.started
+        budget = f" / {self.budget_s:.0f} s" if self.budget_s is not None else ""
+        running = f" · {running}" if running else ""
+        done = f"{self.done} probe{'' if self.done == 1 else 's'} done"
+        self.status.update(f"{elapsed:.0f} s{budget} · {done}{running}{best_so_far(self.session)}")
 
 
 def _maps(flag_map: list[str] | None) -> list[str] | None:
@@ -80,7 +90,13 @@ def command(
                                                                      "repeatable."),
     script_cwd: Optional[Path] = typer.Option(None, help="Run the script in this folder, where its own files "
                                                          "(checkpoints, logs) land [default: a scratch folder per "
-                                                         "probe, removed after it]."),
+                                                         "probe mirroring this one: it reads your files, its own "
+                                                         "writes stay there, removed after it]."),
+    as_script: Optional[bool] = typer.Option(None, "--script/--workload",
+                                             help="Run FILE as a plain training script, or load it as a workload "
+                                                  "file, whatever it defines [default: a file with a build_model() "
+                                                  "taking no arguments and no __main__ block that trains is a "
+                                                  "workload; anything else a script]."),
     out: Optional[Path] = typer.Option(None, "--out", "-o",
                                        help="Output folder [default: tune-advisor-report/<stem>]."),
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
@@ -123,6 +139,10 @@ def command(
                    "which every throughput figure's interval carries (scaled by 0.043/0.074, so does the range "
                    "given for a later measure of the speedup) [default: 0.074, calibrated on shared cloud "
                    "machines; benchmarks/session_drift.py measures a machine's own]."),
+    cost_per_hour: Optional[float] = typer.Option(None, help="What an hour of this machine costs (e.g. 2.50): the "
+                                                             "reports show the cost of an epoch before and after."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Print every probe as it finishes, and every "
+                                                                 "figure's derivation in the summary."),
     json_out: bool = typer.Option(False, "--json", help="Print results.json to stdout when done."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors (and --json output)."),
 ) -> None:
@@ -134,7 +154,8 @@ def command(
         only_knobs=[k.strip() for item in only_knobs or [] for k in item.split(",") if k.strip()] or None,
         select=select, ignore=ignore, profile=profile, command=command_line(), nproc_per_node=nproc_per_node,
         nnodes=nnodes, rdzv_endpoint=rdzv_endpoint, executor=executor, ray_address=ray_address, resume=resume,
-        script_args=script_args, maps=_maps(flag_map), script_cwd=script_cwd, session_drift=session_drift)
+        script_args=script_args, maps=_maps(flag_map), script_cwd=script_cwd, as_script=as_script,
+        session_drift=session_drift)
     live = LiveOutput(file, options.budget, show=not (quiet or json_out), quiet=quiet)
 
     def second_ctrl_c_exits(signum, frame):  # the first Ctrl-C stops the probe and saves; a second exits at once
@@ -168,4 +189,4 @@ def command(
     if json_out:
         print(json.dumps(result.document, indent=1))
     elif not quiet:
-        analysis_summary(result, stdout)
+        analysis_summary(result, stdout, verbose=verbose, cost_per_hour=cost_per_hour)

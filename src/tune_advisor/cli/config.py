@@ -25,6 +25,8 @@ CONFIGURABLE = {
     "map": ("analyze",), "script_cwd": ("analyze",),
     # How far the machine's level moves between runs, carried by every figure (figures.SESSION_DRIFT's default).
     "session_drift": ("analyze",),
+    # What an hour of the machine costs: the reports show an epoch's cost before and after.
+    "cost_per_hour": ("analyze", "report"),
 }
 PARAMETER = {"map": "flag_map"}  # where the option's parameter has another name than its key
 

@@ -26,14 +26,16 @@ class Renderer(Protocol):
         ...
 
 
-def write_reports(document: Mapping[str, Any], out_dir: Path) -> list[Path]:
-    """Render report.html and report.md from a results.json document into `out_dir`; return their paths."""
+def write_reports(document: Mapping[str, Any], out_dir: Path, cost_per_hour: float | None = None) -> list[Path]:
+    """Render report.html and report.md from a results.json document into `out_dir`; return their paths.
+    `cost_per_hour`: what an hour of the machine costs (the reports then show an epoch's cost)."""
     from . import html, markdown  # matplotlib and jinja2 load only when a report is written
 
     renderers: tuple[Renderer, ...] = (html, markdown)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    return [write_text_atomic(out_dir / f"report.{module.output_file_extension}", module.render(document))
+    return [write_text_atomic(out_dir / f"report.{module.output_file_extension}",
+                              module.render(document, cost_per_hour=cost_per_hour))
             for module in renderers]
 
 

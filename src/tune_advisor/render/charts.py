@@ -7,6 +7,7 @@ light or dark theme. Each function returns None when the document holds nothing 
 from __future__ import annotations
 
 import io
+import math
 import re
 import textwrap
 from dataclasses import dataclass
@@ -42,7 +43,7 @@ class Chart:
 
 def charts(report: view.Report) -> list[Chart]:
     """Every chart the document has data for, in report order."""
-    made = [throughput_chart(report), batch_chart(report), breakdown_chart(report), timeline_chart(report)]
+    made = [waterfall_chart(report), breakdown_chart(report), batch_chart(report), timeline_chart(report)]
     return [c for c in made if c is not None]
 
 
@@ -81,35 +82,48 @@ def _draw(width: float, height: float, label: str, paint) -> str:
         return _svg(fig, label)
 
 
-def throughput_chart(report: view.Report) -> Chart | None:
-    rows = [r for r in report.rows if r.ok]
-    if not rows:
+def waterfall_chart(report: view.Report) -> Chart | None:
+    """Each kept change's own contribution to the confirmed speedup, as steps of a running product (log scale,
+    so that a 2x step is as tall wherever it stands), ending at the confirmed speedup with its CI."""
+    stairs = report.staircase
+    if len(stairs) < 2:
         return None
 
     def paint(fig):
         ax = fig.add_subplot()
-        y = list(range(len(rows)))[::-1]
-        med = [r.throughput["median"] for r in rows]
-        low = [m - (r.throughput.get("ci_low") if r.throughput.get("ci_low") is not None else m)
-               for m, r in zip(med, rows)]
-        high = [(r.throughput.get("ci_high") if r.throughput.get("ci_high") is not None else m) - m
-                for m, r in zip(med, rows)]
-        # Confirmation repeats share the colour of the settings they re-measure.
-        base = view.settings_key(report.baseline.settings if report.baseline else {})
-        rec = view.settings_key(report.recommended.settings if report.recommended else {})
-        keys = [view.settings_key(r.probe.settings) for r in rows]
-        colors = [GREEN if k == rec and report.changes else GREY if k == base else BLUE for k in keys]
-        ax.barh(y, med, color=colors, height=0.7)
-        ax.errorbar(med, y, xerr=[low, high], fmt="none", ecolor=_INK, elinewidth=1, capsize=2)
-        ax.set_yticks(y, [_short(f"{r.id} {r.changed}") for r in rows])
-        ax.set_xlabel(f"throughput ({report.unit}), median with 95% CI")
-        ax.grid(axis="x")
+        before = 1.0
+        for i, s in enumerate(stairs):
+            if s.kind == "total":
+                f = s.figure
+                ax.bar(i, math.log(f["median"]), color=GREEN, width=0.6)
+                if f.get("ci_low") is not None and f.get("ci_high") is not None:
+                    ax.errorbar(i, math.log(f["median"]), yerr=[[math.log(f["median"] / f["ci_low"])],
+                                                                [math.log(f["ci_high"] / f["median"])]],
+                                fmt="none", ecolor=_INK, capsize=3)
+                ax.annotate(f"{f['median']:.2f}x", (i, math.log(f["median"])), ha="center", va="bottom",
+                            xytext=(0, 3), textcoords="offset points")
+                continue
+            after = before * s.figure["median"]
+            color = GREY if s.kind == "rest" else BLUE if after >= before else RED
+            ax.bar(i, math.log(after) - math.log(before), bottom=math.log(before), color=color, width=0.6)
+            ax.annotate(f"×{s.figure['median']:.2f}", (i, max(math.log(after), math.log(before))), ha="center",
+                        va="bottom", xytext=(0, 3), textcoords="offset points")
+            before = after
+        levels = [1.0, *(s.cumulative for s in stairs), stairs[-1].figure.get("ci_low") or 1.0]
+        low, high = min(levels), max(levels + [stairs[-1].figure.get("ci_high") or 1.0])
+        ticks = [t for t in (0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 20, 50, 100) if low / 1.5 <= t <= high * 1.5]
+        ax.set_yticks([math.log(t) for t in ticks], [f"{t:g}x" for t in ticks])
+        ax.axhline(0, color=_INK, linewidth=0.8)
+        ax.set_xticks(range(len(stairs)), [_short(s.label.removeprefix("+ "), 26) for s in stairs])
+        ax.set_ylabel("speedup over the baseline (log scale)")
+        ax.grid(axis="y")
         ax.set_axisbelow(True)
 
-    svg = _draw(8, 0.8 + 0.28 * len(rows), "throughput per probe", paint)
-    return Chart("chart-throughput", "Throughput per probe",
-                 "Median throughput of every probe that ran, with its 95% bootstrap CI. Green: recommended; "
-                 "grey: baseline.", svg)
+    svg = _draw(8, 3.0, "each kept change's contribution to the confirmed speedup", paint)
+    return Chart("chart-waterfall", "What each change bought",
+                 "Blue: a kept change's own contribution (the recommendation with and without it); grey: the "
+                 "interaction of the changes (and any change not measured on its own); green: the confirmed "
+                 "speedup with its 95% CI. The steps multiply to the confirmed speedup.", svg)
 
 
 def batch_chart(report: view.Report) -> Chart | None:
@@ -171,27 +185,48 @@ def batch_chart(report: view.Report) -> Chart | None:
 
 
 def breakdown_chart(report: view.Report) -> Chart | None:
-    rows = [r for r in report.rows if r.ok and r.step_mean is not None and r.wait_frac is not None]
-    if not rows:
+    """Where a step's time goes, baseline against recommended: waiting for data, and the rest of the step
+    (forward, backward and optimizer together: the probes time the step, not its parts)."""
+    sides = [(label, row) for label, row in (("baseline", _row(report, report.baseline)),
+                                             ("recommended", _row(report, report.recommended) if report.changes
+                                              else None))
+             if row is not None and row.step_mean is not None and row.wait_frac is not None]
+    if not sides:
         return None
 
     def paint(fig):
         ax = fig.add_subplot()
-        y = list(range(len(rows)))[::-1]
-        wait = [r.step_mean * r.wait_frac * 1e3 for r in rows]
-        compute = [r.step_mean * (1 - r.wait_frac) * 1e3 for r in rows]
-        ax.barh(y, wait, color=ORANGE, height=0.7, label="waiting for data")
-        ax.barh(y, compute, left=wait, color=BLUE, height=0.7, label="compute and the rest of the step")
-        ax.set_yticks(y, [_short(f"{r.id} {r.changed}") for r in rows])
-        ax.set_xlabel("mean step time (ms)")
+        y = list(range(len(sides)))[::-1]
+        # per sample, so that a larger batch's longer step compares fairly with the baseline's
+        per = [row.step_mean / _items(row) * 1e3 for _, row in sides]
+        wait = [p * row.wait_frac for p, (_, row) in zip(per, sides)]
+        rest = [p - w for p, w in zip(per, wait)]
+        ax.barh(y, wait, color=ORANGE, height=0.6, label="waiting for data")
+        ax.barh(y, rest, left=wait, color=BLUE, height=0.6,
+                label="forward + backward + optimizer (not timed apart)")
+        ax.set_yticks(y, [label if label == "baseline" else f"{label}\n{_short(row.changed, 30)}"
+                          for label, row in sides])
+        ax.set_xlabel("mean step time per sample (ms)")
         ax.grid(axis="x")
         ax.set_axisbelow(True)
-        fig.legend(loc="outside upper right", ncols=2, fontsize=8)  # above the bars, never over them
+        fig.legend(loc="outside upper right", ncols=2, fontsize=8)
 
-    svg = _draw(8, 1.0 + 0.28 * len(rows), "step-time breakdown", paint)
-    return Chart("chart-breakdown", "Step-time breakdown",
-                 "Mean measured step time split by the share spent blocked on the next batch (data_wait_frac).",
-                 svg)
+    svg = _draw(8, 1.2 + 0.6 * len(sides), "where a step's time goes", paint)
+    mfu = "; ".join(f"MFU {side}: {text}" for side, text in report.mfu)
+    return Chart("chart-breakdown", "Where a step's time goes",
+                 "Mean measured step time per sample, split into the share spent blocked on the next batch "
+                 "(data_wait_frac) and the rest of the step; forward, backward and the optimizer step are not "
+                 "timed apart by the probes." + (f" {mfu}." if mfu else ""), svg)
+
+
+def _row(report: view.Report, probe) -> "view.Row | None":
+    return next((r for r in report.rows if probe is not None and r.id == probe.id and r.ok), None)
+
+
+def _items(row: "view.Row") -> float:
+    """Items per step: the probe's batch size (samples); 1 where unknown (then the bar is per step)."""
+    bs = row.probe.settings.get("batch_size")
+    return float(bs) if isinstance(bs, int) and bs > 0 else 1.0
 
 
 def timeline_chart(report: view.Report) -> Chart | None:

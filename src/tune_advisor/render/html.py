@@ -21,8 +21,8 @@ from . import view
 
 output_file_extension = "html"
 STATUSES = tuple(status.value for status in Status)
-REPORT_SECTIONS = [("verdict", "Verdict"), ("settings", "Settings"), ("findings", "Findings"),
-                   ("staircase", "Staircase"), ("probes", "Probes"), ("charts", "Charts"),
+REPORT_SECTIONS = [("verdict", "Verdict"), ("staircase", "Each change"), ("settings", "Settings"),
+                   ("findings", "Findings"), ("charts", "Charts"), ("probes", "Probes"),
                    ("environment", "Environment"), ("budget", "Budget"), ("reproduce", "Reproduce")]
 COMPARE_SECTIONS = [("summary", "Side by side"), ("settings", "Settings"), ("findings", "Findings")]
 
@@ -64,9 +64,9 @@ def _render(template: str, **context: Any) -> str:
         css=css, script=script, csp=csp, version=__version__, known_statuses=STATUSES, **context)
 
 
-def render(document: Mapping[str, Any]) -> str:
-    """report.html for one results.json document."""
-    r = view.build(document)
+def render(document: Mapping[str, Any], cost_per_hour: float | None = None) -> str:
+    """report.html for one results.json document (`cost_per_hour`: an epoch's cost before and after)."""
+    r = view.build(document, cost_per_hour=cost_per_hour)
     made = charts_mod.charts(r)
     env_items = dict(r.environment)
     env_line = " / ".join(v for k, v in env_items.items() if k in ("device", "device_name")) or "unknown device"

@@ -41,43 +41,29 @@ def block(text: str, lang: str = "") -> str:
     return f"{fence}{lang}\n{text}\n{fence}"
 
 
-def render(document: Mapping[str, Any]) -> str:
-    """report.md for one results.json document."""
-    r = view.build(document)
-    base, rec = r.baseline, r.recommended
+def render(document: Mapping[str, Any], cost_per_hour: float | None = None) -> str:
+    """report.md for one results.json document (`cost_per_hour`: an epoch's cost before and after)."""
+    r = view.build(document, cost_per_hour=cost_per_hour)
     out = [f"## tune-advisor: {escape(r.title)}", ""]
-    if not r.baseline_ok or not r.changes:
-        out += [f"**{escape(r.verdict)}**", ""]
-    else:
-        speed = fmt_speedup(r.speedup) if r.speedup else "-"
-        how = escape((r.speedup or {}).get("method") or "method not recorded")
-        out += [f"**{escape(fmt_ci(r.figures['baseline']))} → {escape(fmt_ci(r.figures['recommended']))}** "
-                f"with {code(knobs.describe(r.changes))}"
-                + (f": **{escape(speed)} faster** (confirmation: {how})." if speed != "-"
-                   else " (speedup not confirmed by a re-measurement beside the baseline)."), ""]
-    if r.baseline_ok:
-        out += ["| | baseline | recommended |", "|---|---|---|",
-                f"| settings | {code(knobs.describe(base.settings), True)} | "
-                f"{code(knobs.describe(r.changes), True) if r.changes else 'unchanged'} |",
-                f"| throughput | {escape(fmt_ci(r.figures['baseline']))} | "
-                f"{escape(fmt_ci(r.figures['recommended']))} |",
-                f"| its interval | {escape(r.figures['baseline']['interval'])} | "
-                f"{escape(r.figures['recommended']['interval'])} |",
-                f"| peak memory | {fmt_bytes(base.peak_memory_bytes)} | "
-                f"{fmt_bytes(rec and rec.peak_memory_bytes)} |",
-                f"| probe | {escape(base.id)} | {escape(rec.id if rec else '-')} |", ""]
-        if r.speedup and r.speedup.get("method"):
-            out += [f"Speedup method: {escape(r.speedup['method'])}.", ""]
-        if fmt_later(r.speedup):
-            out += [f"Speedup {escape(fmt_later(r.speedup))} ({escape(r.speedup['later']['interval'])}).", ""]
-        if r.batch_note:
-            out += [f"> [!NOTE]\n> {escape(r.batch_note)}", ""]
+    out += _verdict(r)
     if r.snippet:
         out += ["### Apply it", "", block(r.snippet, "python"), ""]
     if r.run_command:
         out += ["Or run the script with its own flags:", "", block(r.run_command, "sh"), ""]
         if r.run_command_rest:
             out += [f"and {escape(r.run_command_rest)}", ""]
+    if len(r.staircase) > 1:
+        out += ["### What each change bought", "", "| change | its own speedup | running product |", "|---|---|---|"]
+        out += [f"| {code(s.label, True)} | {escape(fmt_speedup(s.figure))} | {s.cumulative:.2f}x |"
+                for s in r.staircase]
+        out += ["", "Each kept change measured as the recommendation with and without it; the rows multiply to the "
+                "confirmed speedup.", ""]
+    changed = [row for row in r.settings_rows if row.changed]
+    if changed:
+        out += ["| knob | baseline | recommended |", "|---|---|---|"]
+        out += [f"| {code(row.knob, True)} | {escape(fmt_value(row.baseline))} | "
+                f"**{escape(fmt_value(row.recommended))}** |" for row in changed]
+        out.append("")
     out += [f"### Findings ({len(r.findings)})", ""]
     if not r.findings:
         out += ["No findings recorded for this run.", ""]
@@ -106,14 +92,53 @@ def render(document: Mapping[str, Any]) -> str:
             out += [f"### {title}", ""]
             out += [f"- {escape(p.id)} {code(p.changed)}: {escape(p.error or 'no cause recorded')}" for p in rows]
             out.append("")
+    if r.skipped:
+        out += [f"<details><summary>Not applicable here ({len(r.skipped)})</summary>", "",
+                *[f"- {code(p.changed)}: {escape(p.error.removeprefix('not applicable: '))}" for p in r.skipped],
+                "", "</details>", ""]
     if r.unexplored:
-        out += [f"Unexplored ({len(r.unexplored)}): " + escape("; ".join(r.unexplored)), ""]
+        out += [f"<details><summary>Unexplored ({len(r.unexplored)})</summary>", "",
+                *[f"- {escape(u)}" for u in r.unexplored], "", "</details>", ""]
     footer = (f"tune-advisor {escape(r.version or '?')} · {len(r.rows)} probes in "
               f"{fmt_seconds(r.budget.used_s)} · {escape(r.environment[0][1] if r.environment else '?')}")
     if r.command:
         footer += f" · reproduce: {code(r.command)}"
     out += [f"<sub>{footer}</sub>", ""]
+    if r.headline:
+        out += _footnote(r)
     return "\n".join(out)
+
+
+def _verdict(r: view.Report) -> list[str]:
+    """The verdict in one sentence, what it means for an epoch, one caveat where it matters; the derivation of
+    each figure is a footnote."""
+    if not r.headline:
+        return [f"**{escape(r.verdict)}**", ""]
+    settings = knobs.describe(r.changes)
+    sentence = r.headline.removeprefix(f"Change {settings}: ")  # the settings as code, the rest as text
+    out = [f"**Change {code(settings)}: {escape(sentence)}**[^how]", ""]
+    facts = [f"{escape(what)}: {escape(value)}" for what, value in r.epoch]
+    facts += [f"peak memory {fmt_bytes(r.baseline.peak_memory_bytes)} → {fmt_bytes(r.recommended.peak_memory_bytes)}"]
+    out += [" · ".join(facts), ""]
+    if r.caveat:
+        out += [f"> [!NOTE]\n> {escape(r.caveat)}", ""]
+    return out
+
+
+def _footnote(r: view.Report) -> list[str]:
+    """How this was measured: every interval's derivation (the footnote of the verdict)."""
+    parts = [f"baseline {fmt_ci(r.figures['baseline'])}: {r.figures['baseline']['interval']}"]
+    if r.changes:
+        parts.append(f"recommended {fmt_ci(r.figures['recommended'])}: {r.figures['recommended']['interval']}")
+    if r.speedup and r.speedup.get("median") is not None:
+        parts.append(f"confirmed speedup {fmt_speedup(r.speedup)}: {r.speedup.get('method') or 'method not recorded'}"
+                     + (f"; {r.speedup['interval']}" if r.speedup.get("interval") else ""))
+        if fmt_later(r.speedup):
+            parts.append(f"{fmt_later(r.speedup)}: {r.speedup['later']['interval']}")
+    parts += [f"MFU ({side}): {text}" for side, text in r.mfu]
+    if r.batch_note:
+        parts.append(r.batch_note)
+    return [f"[^how]: How this was measured. " + escape(" — ".join(parts)), ""]
 
 
 def _gain(f: view.Finding) -> str:

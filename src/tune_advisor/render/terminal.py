@@ -65,21 +65,82 @@ def probe_table(result: ProbeResult, console: Console) -> None:
     console.print(table)
 
 
-def render(document: Mapping[str, Any]) -> str:
+WIDTH = 160  # no line of the default summary is wider
+TOP_FINDINGS = 3
+
+
+def render(document: Mapping[str, Any], verbose: bool = False, cost_per_hour: float | None = None) -> str:
     """The summary `tune-advisor report` prints for `document`, as plain text: no colour, lines not wrapped."""
     console = Console(file=io.StringIO(), color_system=None, soft_wrap=True)
-    document_summary(document, console)
+    document_summary(document, console, verbose=verbose, cost_per_hour=cost_per_hour)
     return console.file.getvalue()
 
 
-def analysis_summary(result, console: Console) -> None:
-    """Verdict, settings, failures and what was left unexplored (`tune-advisor analyze`)."""
-    document_summary(result.document, console, results_path=result.results_path)
+def analysis_summary(result, console: Console, verbose: bool = False, cost_per_hour: float | None = None) -> None:
+    """The answer first, in a screen (`tune-advisor analyze`); `verbose`: every figure's derivation too."""
+    document_summary(result.document, console, results_path=result.results_path, verbose=verbose,
+                     cost_per_hour=cost_per_hour)
 
 
-def document_summary(document: Mapping[str, Any], console: Console, results_path=None, top_findings: int = 5) -> None:
-    """The terminal summary of a results.json document: verdict, settings, top findings, failed probes."""
-    r = view.build(document)
+def document_summary(document: Mapping[str, Any], console: Console, results_path=None, verbose: bool = False,
+                     cost_per_hour: float | None = None) -> None:
+    """The terminal summary of a results.json document. By default it fits a screen (at most 25 lines, none over
+    WIDTH): the verdict in a sentence, what it means for an epoch, the code to apply, each kept change's share, the
+    top findings, and counts of the rest. `verbose`: every probe and every figure's derivation as well."""
+    r = view.build(document, cost_per_hour=cost_per_hour)
+    if verbose:
+        _verbose_summary(r, console, results_path)
+    else:
+        _short_summary(r, console, results_path)
+
+
+def _line(console: Console, text: str, style: str = "", cut: bool = False) -> None:
+    """A line of the short summary: wrapped at WIDTH, or with `cut` shortened to WIDTH (a finding: the rest is in
+    report.html and --verbose)."""
+    if cut and len(text) > WIDTH:
+        text = text[:WIDTH - 1] + "…"
+    for part in textwrap.wrap(text, WIDTH, subsequent_indent="    ", break_on_hyphens=False) or [""]:
+        console.print(f"[{style}]{escape(part)}[/]" if style else escape(part), highlight=False)
+
+
+def _short_summary(r: "view.Report", console: Console, results_path) -> None:
+    _line(console, r.title, "bold")
+    if not r.headline:
+        _line(console, r.verdict, "bold" if r.baseline_ok else "bold red")
+    else:
+        _line(console, r.headline, "bold green")
+        if r.epoch:
+            _line(console, "  " + " · ".join(f"{what}: {value}" for what, value in r.epoch))
+        if r.caveat:
+            _line(console, f"  note: {r.caveat}", "yellow")
+    if r.snippet:
+        console.print("[bold]Apply it[/]")
+        for code_line in r.snippet.splitlines():  # code as written: never wrapped
+            console.print("    " + code_line, markup=False, highlight=False)
+    if r.run_command:
+        _line(console, "  or run: " + r.run_command)
+    if sum(s.kind != "total" for s in r.staircase) > 1:
+        _line(console, "Each change: " + " · ".join(
+            f"{s.label.removeprefix('+ ')} {s.figure['median']:.2f}x" for s in r.staircase if s.kind != "total")
+            + f" = {r.staircase[-1].cumulative:.2f}x")
+    gains = [f for f in r.findings if fmt_speedup(f.speedup) != "-"]
+    if r.findings:
+        _line(console, f"Findings ({len(r.findings)}):", "bold")
+        for f in (gains or r.findings)[:TOP_FINDINGS]:
+            gain = f" ({'measured' if f.measured else 'estimated'} {fmt_speedup(f.speedup).split(' ')[0]})" \
+                if f in gains else ""
+            _line(console, f"  {f.code}{gain}: {f.message}", cut=True)
+    folded = [f"{len(rows)} {what}" for what, rows in (("failed", r.failed), ("stopped", r.stopped),
+                                                       ("unsupported", r.unsupported), ("not applicable", r.skipped))
+              if rows] + ([f"{len(r.unexplored)} unexplored"] if r.unexplored else [])
+    if folded:
+        _line(console, "Probes: " + ", ".join(folded) + " (report.html, or --verbose)")
+    if results_path is not None:
+        _line(console, f"results: {results_path}")
+
+
+def _verbose_summary(r: "view.Report", console: Console, results_path=None) -> None:
+    """Everything the short summary leaves out: each figure's derivation, every probe, every finding."""
     base, rec = r.baseline, r.recommended
     console.print()
     console.print(f"[bold]{escape(r.title)}[/]", highlight=False)
@@ -112,15 +173,23 @@ def document_summary(document: Mapping[str, Any], console: Console, results_path
             console.print(textwrap.indent(r.run_command, "    "), markup=False, highlight=False)
             if r.run_command_rest:
                 console.print(f"    and {escape(r.run_command_rest)}", highlight=False)
+    if r.staircase:
+        console.print("\n[bold]Each change's own measured share[/] (the product of the rows is the confirmed speedup)")
+        for s in r.staircase:
+            console.print(f"  {escape(s.label)}: {escape(fmt_speedup(s.figure))} — {escape(s.how)}", highlight=False)
+    if r.epoch:
+        console.print("\n" + escape(" · ".join(f"{what}: {value}" for what, value in r.epoch)), highlight=False)
+    for side, mfu in r.mfu:
+        console.print(f"MFU ({side}): {escape(mfu)}", highlight=False)
     if r.findings:
         console.print(f"\n[bold]Findings[/] ({len(r.findings)})")
-        for f in r.findings[:top_findings]:
+        for f in r.findings:
             gain = fmt_speedup(f.speedup)
             gain = f"  [{'measured' if f.measured else 'estimated'} {gain}]" if gain != "-" else ""
             console.print(f"  [bold]{escape(f.code)}[/] {escape(f.name)}: {escape(f.message)}{escape(gain)}",
                           highlight=False)
-        if len(r.findings) > top_findings:
-            console.print(f"  … and {len(r.findings) - top_findings} more in report.html")
+            if f.basis:
+                console.print(f"      how: {escape(f.basis)}", highlight=False)
     if r.failed:
         console.print("\n[bold]Failed probes[/]")
         for row in r.failed:
@@ -139,6 +208,12 @@ def document_summary(document: Mapping[str, Any], console: Console, results_path
             console.print(f"  {escape(row.changed)}: {escape(reason)}", highlight=False)
     for note in r.notes:
         console.print(f"note: {escape(note)}", highlight=False)
+    if r.rows:
+        console.print("\n[bold]Every probe[/]")
+        for row in r.rows:
+            detail = fmt_ci(row.throughput) if row.ok else row.error
+            console.print(f"  {escape(row.id)} {escape(row.role)}: {escape(row.changed)} — {escape(row.status)} "
+                          f"{escape(detail)}", highlight=False)
     if r.unexplored:
         console.print(f"\nUnexplored ({len(r.unexplored)}): " + escape("; ".join(r.unexplored)), highlight=False)
     if results_path is not None:

@@ -7,24 +7,25 @@ not reached (a run still going, one stopped early) are absent and render as gaps
 
 from __future__ import annotations
 
-import itertools
+import math
 import shlex
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .. import frameworks, knobs, record, snippets
+from .. import consistency, frameworks, knobs, record, snippets
 from ..script import flags
-from ..fmt import fmt_bytes, fmt_ci, fmt_later, fmt_seconds, fmt_speedup, fmt_value
+from ..fmt import fmt_bytes, fmt_ci, fmt_later, fmt_rate, fmt_seconds, fmt_speedup, fmt_value
 
 FAILED = ("oom", "error", "timeout", "crashed", "diverged")
 # Neither failures nor verdicts on a knob: cut short (the budget, a lockstep partner), or no kernel on this machine.
 STOPPED, UNSUPPORTED = "stopped", "unsupported"
 
-# The order the staircase prefers when several orders are equally well measured: cheap per-step wins first
-# (precision, memory format), then the loader, then the knobs that change memory and optimisation.
+# The staircase's order of the kept changes: cheap per-step wins first (precision, memory format), then the loader,
+# then the knobs that change memory and optimisation.
 STAIR_ORDER = ["amp", "matmul_precision", "channels_last", "cudnn_benchmark", "compile", "optimizer_impl",
                "pin_memory", "num_workers", "persistent_workers", "prefetch_factor", "checkpointing", "batch_size"]
-_MAX_PERMUTED = 6  # beyond this many changes, take STAIR_ORDER instead of trying every order
+CUDA_KNOBS = ("pin_memory", "cudnn_benchmark")  # settings that do nothing without a CUDA device
+BATCH_CHANGE_CODE = "TA703"  # the finding that says what a batch-size change does to the optimisation
 FRAMEWORK_NAMES = {"hf": "Hugging Face Trainer (build_trainer)", "lightning": "Lightning (build_module)"}
 
 
@@ -73,21 +74,26 @@ class Row:
 
 
 @dataclass
-class Step:
-    """One stair: the changes so far, and the probe that measured exactly those settings (or None)."""
+class Stair:
+    """One row of the staircase: a kept change and its own measured contribution (the ablation's ratio), the
+    interaction left between their product and the confirmed speedup, or the confirmed total."""
 
+    kind: str  # "change", "rest" (interaction, and changes not measured on their own) or "total"
     label: str
-    settings: dict
-    probe: record.Probe | None
-    ratio: float | None  # this probe's median throughput over the baseline probe's
+    change: dict  # the settings this row is about ({} for "rest")
+    figure: dict | None  # {median, ci_low, ci_high}: the one figure this comparison is shown with
+    cumulative: float | None  # the running product up to this row (the total's is the confirmed speedup)
+    how: str = ""  # how the figure was measured (behind "how this was measured")
 
-    @property
-    def measured(self) -> bool:
-        return is_ok(self.probe)
 
-    @property
-    def throughput(self) -> dict | None:
-        return plain(self.probe.throughput) if self.probe is not None else None
+@dataclass
+class Setting:
+    """A knob as the settings table shows it."""
+
+    knob: str
+    baseline: Any
+    recommended: Any
+    changed: bool
 
 
 @dataclass
@@ -103,6 +109,8 @@ class Finding:
     speedup: Any  # a number, or {median, ci_low, ci_high}, as fmt_speedup reads it
     time_saved_frac: float | None
     probes: list[str]
+    basis: str = ""  # how the gain was found (behind "how this was measured")
+    change: str = ""  # the kept change whose staircase figure this finding quotes ("" for none)
 
 
 @dataclass
@@ -117,8 +125,8 @@ class Report:
     verdict: str  # one sentence: what happened
     snippet: str | None
     batch_note: str | None
-    findings: list[Finding]
-    staircase: list[Step]
+    findings: list[Finding]  # measured gains first (largest first), then estimated, then the rest
+    staircase: list[Stair]
     rows: list[Row]
     failed: list[Row]
     skipped: list[Row]
@@ -143,15 +151,21 @@ class Report:
     # knob changed, or not a script)
     run_command: str | None = None
     run_command_rest: str | None = None  # the changes no flag of the script sets: the snippet's part to apply
+    headline: str = ""  # the verdict in one plain sentence: what to change, how much faster
+    caveat: str | None = None  # one line, only where it matters (the optimisation changes; a loss-parity refusal)
+    epoch: list[tuple[str, str]] = field(default_factory=list)  # (what, "before → after"): throughput, epoch, cost
+    settings_rows: list[Setting] = field(default_factory=list)  # the knobs that apply here
+    mfu: list[tuple[str, str]] = field(default_factory=list)  # (side, MFU or why it was not measured)
 
     @property
     def baseline_ok(self) -> bool:
         return is_ok(self.baseline)
 
 
-def build(document: record.Document | Mapping[str, Any]) -> Report:
+def build(document: record.Document | Mapping[str, Any], cost_per_hour: float | None = None) -> Report:
     """Gather everything the reports show from one results.json document (typed, or as JSON gives it: then it is
-    typed here, and a document its schema rejects raises record.ValidationError)."""
+    typed here, and a document its schema rejects raises record.ValidationError). `cost_per_hour`: what an hour of
+    the machine costs (--cost-per-hour), for an epoch's cost before and after."""
     doc = document if isinstance(document, record.Document) else record.parse(dict(document))
     baseline, recommended, probes, workload = doc.baseline, doc.recommended, doc.probes, doc.workload
     if baseline is None:  # a run still going: the first baseline probe stands in
@@ -164,6 +178,10 @@ def build(document: record.Document | Mapping[str, Any]) -> Report:
     rows = [_row(p, base_settings, baseline, recommended) for p in probes]
     framework = _framework(workload)
     run_command = _run_command(workload, base_settings, recommended) if changes else (None, None)
+    stairs = staircase(doc, changes)
+    findings = [_in_framework(_finding(f, doc, changes), base_settings, framework) for f in doc.findings]
+    figures = {side: _figure(doc, side) for side in ("baseline", "recommended")}
+    batch_note = _batch_note(base_settings, changes, workload.facts.dataset_len, framework)
     return Report(
         document=doc,
         title=_title(workload),
@@ -172,15 +190,15 @@ def build(document: record.Document | Mapping[str, Any]) -> Report:
         recommended=recommended,
         changes=changes,
         speedup=_speedup(doc.speedup),
-        verdict=_verdict(baseline, recommended, changes, probes, doc.speedup),
+        verdict=_verdict(baseline, recommended, changes, probes, doc.speedup, (doc.model_extra or {}).get("best_so_far")),
         snippet=_snippet(recommended, base_settings, framework) if changes else None,
-        batch_note=_batch_note(base_settings, changes, workload.facts.dataset_len, framework),
-        findings=[_in_framework(_finding(f), base_settings, framework) for f in doc.findings],
-        staircase=staircase(baseline, recommended, probes),
+        batch_note=batch_note,
+        findings=sorted(findings, key=_finding_order),
+        staircase=stairs,
         rows=rows,
         failed=[r for r in rows if r.status in FAILED],
         skipped=[r for r in rows if r.status == "skipped"],
-        figures={side: _figure(doc, side) for side in ("baseline", "recommended")},
+        figures=figures,
         stopped=[r for r in rows if r.status == STOPPED],
         unsupported=[r for r in rows if r.status == UNSUPPORTED],
         notes=list(doc.notes),
@@ -196,6 +214,11 @@ def build(document: record.Document | Mapping[str, Any]) -> Report:
         version=doc.tool.version if doc.tool is not None else "",
         run_command=run_command[0],
         run_command_rest=run_command[1],
+        headline=_headline(changes, doc.speedup, is_ok(baseline) and is_ok(recommended)),
+        caveat=_caveat(changes, batch_note, doc.notes),
+        epoch=_epoch(figures, workload.facts.dataset_len, unit, cost_per_hour) if changes else [],
+        settings_rows=_settings_rows(doc, base_settings, recommended.settings if is_ok(recommended) else None),
+        mfu=_mfu(baseline, recommended, changes),
     )
 
 
@@ -230,7 +253,7 @@ def _title(workload: record.Workload) -> str:
 
 
 def _verdict(baseline: record.Probe | None, recommended: record.Probe | None, changes: dict,
-             probes: list[record.Probe], speedup: record.Speedup | None) -> str:
+             probes: list[record.Probe], speedup: record.Speedup | None, best: Any = None) -> str:
     if baseline is None:
         return ("No baseline measurement: the run stopped before its first probe finished." if not probes else
                 "No baseline probe in this file.")
@@ -242,13 +265,124 @@ def _verdict(baseline: record.Probe | None, recommended: record.Probe | None, ch
         return (f"The baseline probe failed ({baseline.status}): {cause}. "
                 "Nothing can be compared with it; fix the workload and run again.")
     if not is_ok(recommended):
-        return "The baseline was measured; no recommendation yet (the run stopped early or is still going)."
+        return "The baseline was measured; no recommendation yet (the run stopped early or is still going)." + \
+            _best_so_far(best)
     if not changes:
         return "Keep your settings: no change beat the baseline by more than the measured noise."
     if speedup is not None and speedup.median is not None:
         return (f"Change {knobs.describe(changes)}: {fmt_speedup(plain(speedup))} faster, confirmed by measuring "
                 f"baseline and recommended again, {_rounds_kind(speedup.method)}.")
     return f"Change {knobs.describe(changes)} (not confirmed by measuring it again beside the baseline)."
+
+
+def _best_so_far(best: Any) -> str:
+    """An interrupted run's best so far (results.json `best_so_far`), marked as not confirmed; '' where none."""
+    if not isinstance(best, dict) or not isinstance(best.get("changes"), dict):
+        return ""
+    if not best["changes"]:
+        return " Nothing had beaten the baseline when it stopped."
+    gain = best.get("gain") if isinstance(best.get("gain"), dict) else {}
+    ci = gain.get("ci") if isinstance(gain.get("ci"), list) and len(gain["ci"]) == 2 else [None, None]
+    measured = fmt_speedup({"median": gain.get("median"), "ci_low": ci[0], "ci_high": ci[1]})
+    return (f" Best so far, not confirmed: {knobs.describe(best['changes'])}, {measured} against the baseline "
+            f"({best.get('probe') or 'probe'}); resume with --resume to confirm it.")
+
+
+def _headline(changes: dict, speedup: record.Speedup | None, measured: bool) -> str:
+    """The verdict in one sentence for a run with a measured recommendation: what to change, how much faster
+    (the confirmed speedup and its 95% CI). Empty where the verdict itself says what happened."""
+    if not measured or not changes:
+        return ""
+    if speedup is not None and speedup.median is not None:
+        ci = (f" (95% CI {speedup.ci_low:.2f}–{speedup.ci_high:.2f})"
+              if speedup.ci_low is not None and speedup.ci_high is not None else "")
+        return f"Change {knobs.describe(changes)}: {speedup.median:.2f}x faster{ci}."
+    return f"Change {knobs.describe(changes)}: not yet confirmed by measuring it again beside the baseline."
+
+
+def _caveat(changes: dict, batch_note: str | None, notes: list[str]) -> str | None:
+    """One line, only where it matters: a batch size that changes the optimisation, or a change refused for
+    changing the loss (loss parity)."""
+    refused = [n.split(" changed the loss")[0] for n in notes if " changed the loss" in n]
+    if refused:
+        return (f"{' and '.join(refused)} changed the loss beyond the parity tolerance: not recommended, whatever "
+                "the speed.")
+    if batch_note and "batch_size" in changes and "optimisation is unchanged" not in batch_note:
+        return batch_note.split(". ")[0].rstrip(".") + "."
+    return None
+
+
+def _epoch(figures: dict[str, dict], dataset_len: int | None, unit: str,
+           cost_per_hour: float | None) -> list[tuple[str, str]]:
+    """What the speedup means for the user's run: throughput, one epoch of their dataset (its length over the
+    throughput), and that epoch's cost at `cost_per_hour`, each as 'before → after'."""
+    before, after = figures["baseline"].get("median"), figures["recommended"].get("median")
+    if not before or not after:
+        return []
+    rows = [("throughput", f"{fmt_rate(before)} → {fmt_rate(after)} {unit}")]
+    if dataset_len and unit.endswith("samples/s"):  # an epoch counts samples; tokens/s would need tokens per epoch
+        rows.append((f"one epoch ({dataset_len:,} samples)",
+                     f"{_duration(dataset_len / before)} → {_duration(dataset_len / after)}"))
+        if cost_per_hour:
+            cost = [dataset_len / tp / 3600 * cost_per_hour for tp in (before, after)]
+            rows.append((f"cost of an epoch at {cost_per_hour:g}/h", f"{_money(cost[0])} → {_money(cost[1])}"))
+    return rows
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1e3:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 3600 else f"{seconds / 3600:.1f} h"
+
+
+def _money(amount: float) -> str:
+    """Two decimals, or two significant digits below 0.01 (an epoch of a small dataset costs fractions of a cent)."""
+    if amount >= 0.01 or amount <= 0:
+        return f"{amount:.2f}"
+    return f"{amount:.{1 - math.floor(math.log10(amount))}f}"
+
+
+def _settings_rows(doc: record.Document, base: dict, rec: dict | None) -> list[Setting]:
+    """The knobs that apply on this device and layout: DDP knobs only for a DDP run, the loader workers' own
+    knobs only with workers, and no knob every value of which away from the baseline was skipped as not
+    applicable; changed knobs always."""
+    distributed = doc.execution is not None and bool(getattr(doc.execution, "distributed", None))
+    cuda = str(doc.environment.model_dump().get("device") or "").startswith("cuda")
+    tried: dict[str, set[str]] = {}
+    for p in doc.probes:
+        for knob, value in p.settings.items():
+            if base.get(knob) != value:
+                tried.setdefault(knob, set()).add(p.status)
+    rows, new_settings = [], rec if rec is not None else base
+    for knob, value in base.items():
+        new = new_settings.get(knob, value)
+        changed = new != value
+        inapplicable = ((knob in knobs.DDP_KNOBS and not distributed) or tried.get(knob) == {"skipped"}
+                        or (knob in knobs.LOADER_KNOBS and not new_settings.get("num_workers"))
+                        or (knob in CUDA_KNOBS and not cuda))
+        if changed or not inapplicable:
+            rows.append(Setting(knob, value, new, changed))
+    return rows
+
+
+def _mfu(baseline: record.Probe | None, recommended: record.Probe | None, changes: dict) -> list[tuple[str, str]]:
+    """Model FLOPs utilisation of the baseline and the recommendation, or why it was not measured."""
+    sides = [("baseline", baseline)] + ([("recommended", recommended)] if changes else [])
+    shown = []
+    for side, probe in sides:
+        if probe is None:
+            continue
+        flops = (probe.extra.model_extra or {}).get("flops") if hasattr(probe.extra, "model_extra") else None
+        flops = flops if isinstance(flops, Mapping) else {}
+        if isinstance(flops.get("mfu"), (int, float)):
+            share = f"{flops['mfu'] * 100:.1f}%" if flops["mfu"] >= 0.001 else "under 0.1%"
+            text = f"{share} of the {flops.get('peak_dtype') or 'device'} peak"
+        else:
+            text = f"not measured: {flops.get('mfu_unavailable') or 'no FLOP count recorded'}"
+        shown.append((side, text))
+    return shown
 
 
 def _rounds_kind(method: str | None) -> str:
@@ -340,22 +474,79 @@ def _figure(doc: record.Document, side: str) -> dict:
             "unit": figure.unit or measured.unit or "", "interval": figure.interval or ""}
 
 
-def _finding(f: record.Finding) -> Finding:
+def _finding(f: record.Finding, doc: record.Document, changes: dict) -> Finding:
+    """A finding as shown. One that fixes a single kept change quotes that change's staircase figure (the
+    ablation's, consistency.kept_contribution: what newer runs' rules quote already), in its gain and where its
+    message quoted another figure for it, so the report shows one figure for one comparison."""
     speedup = f.gain.speedup
+    shown = plain(speedup) if isinstance(speedup, record.Interval) else speedup
+    message, basis, change, saved = f.message, f.gain.basis or "", "", f.gain.time_saved_frac
+    kept = _kept_figure(doc, f.fix.settings, changes)
+    if kept is not None and f.gain.measured:
+        if isinstance(shown, Mapping):
+            message = message.replace(_quoted(shown), _quoted(kept))
+        shown, basis, change = _interval(kept), kept["how"], knobs.describe(f.fix.settings)
+        saved = 1 - 1 / kept["median"] if saved is not None and kept["median"] > 0 else saved  # as the rules word it
     return Finding(
-        code=f.code, name=f.name, severity=f.severity, message=f.message,
+        code=f.code, name=f.name, severity=f.severity, message=message,
         evidence=list(f.evidence.items()),
         fix_settings=f.fix.settings, snippet=f.fix.snippet,
         measured=f.gain.measured,
-        speedup=plain(speedup) if isinstance(speedup, record.Interval) else speedup,
-        time_saved_frac=f.gain.time_saved_frac,
+        speedup=shown,
+        time_saved_frac=saved,
         probes=list(f.probes),
+        basis=basis, change=change,
     )
+
+
+def _kept_figure(doc: record.Document, fix: dict, changes: dict) -> dict | None:
+    """The staircase's figure for `fix` when it is one kept change of the recommendation, else None."""
+    if len(fix) != 1 or len(changes) < 1:
+        return None
+    (knob, value), = fix.items()
+    if changes.get(knob) != value or knob not in changes:
+        return None
+    return _contribution(doc, knob, value, changes)
+
+
+def _contribution(doc: record.Document, knob: str, value: Any, changes: dict) -> dict | None:
+    """A kept change's own figure: for a recommendation of that one change, the confirmed speedup (the same
+    comparison); else the ablation's ratio. None where neither measured it."""
+    speedup = doc.speedup
+    if len(changes) == 1 and speedup is not None and speedup.median is not None:
+        return {**_interval(plain(speedup)), "how": f"the confirmation: {speedup.method or 'method not recorded'}"}
+    kept = consistency.kept_contribution({"plan": doc.plan.model_dump()}, knob, value)
+    if kept is not None:
+        beside = f" (added beside {kept['beside']})" if kept["beside"] else ""
+        return {**_interval(kept), "how": (f"the recommendation with and without {knobs.describe({knob: value})}"
+                                           f"{beside}, measured {kept['method'] or 'in a pair'} "
+                                           f"({', '.join(kept['probes'])}); 95% CI")}
+    return None
+
+
+def _interval(figure: Mapping) -> dict:
+    return {"median": figure.get("median"), "ci_low": figure.get("ci_low"), "ci_high": figure.get("ci_high")}
+
+
+def _quoted(figure: Mapping) -> str:
+    """A gain as the rules word it in their messages: '1.37x [1.25, 1.50]'."""
+    if figure.get("ci_low") is None or figure.get("ci_high") is None:
+        return f"{figure['median']:.2f}x"
+    return f"{figure['median']:.2f}x [{figure['ci_low']:.2f}, {figure['ci_high']:.2f}]"
+
+
+def _finding_order(f: Finding) -> tuple:
+    """Measured gains first, largest first; then estimated ones (largest first); then findings without a gain."""
+    gain = f.speedup.get("median") if isinstance(f.speedup, Mapping) else f.speedup
+    gain = gain if isinstance(gain, (int, float)) else None
+    rank = 2 if gain is None else 0 if f.measured else 1
+    return rank, -(gain or 0)
 
 
 def _in_framework(finding: Finding, base: dict, framework: dict | None) -> Finding:
     """A finding's fix in the framework's own arguments, when the workload handed a Trainer or module over and the
-    fix is settings (a fix that is only code, like torch.set_num_threads, stays as the rule wrote it)."""
+    fix is settings (a fix that is only code, like torch.set_num_threads, stays as the rule wrote it); the batch
+    change's finding says what the framework's note says (its gradient accumulation may keep the effective batch)."""
     fix = finding.fix_settings
     if not fix or not all(k in knobs.KNOBS for k in fix):
         return finding
@@ -363,53 +554,46 @@ def _in_framework(finding: Finding, base: dict, framework: dict | None) -> Findi
     text = frameworks.recommendation(framework, settings, {**settings, **fix})
     if text is not None:
         finding.snippet = text
+    if finding.code == BATCH_CHANGE_CODE and framework is not None:  # what the batch change means, in its terms
+        note = frameworks.batch_note(framework, settings, {**settings, **fix})
+        finding.message = note or finding.message
     return finding
 
 
-def staircase(baseline: record.Probe | None, recommended: record.Probe | None,
-              probes: list[record.Probe]) -> list[Step]:
-    """Baseline, then the recommended changes added one at a time, each with the probe that measured it.
-
-    Of all orders of the changes, the one with the most measured stairs wins (then: the most stairs with a
-    probe, failed ones included; then STAIR_ORDER). A stair
-    that no probe measured exactly has probe None: the reports say "not measured", never a guess.
-    """
-    if not is_ok(baseline) or not is_ok(recommended):
+def staircase(doc: record.Document, changes: dict) -> list[Stair]:
+    """The kept changes one at a time, each with its own measured contribution; then what their product leaves
+    of the confirmed speedup (the interaction of the changes, and any change not measured on its own); then the
+    confirmed speedup itself. The product of the rows is the confirmed speedup: one figure for the whole."""
+    if not changes:
         return []
-    base = dict(baseline.settings)
-    changes = {k: v for k, v in recommended.settings.items() if base.get(k) != v}
-    # The verdict's own probes stand for their settings; otherwise the first probe (in run order) that ran them.
-    by_settings: dict[tuple, record.Probe] = {}
-    for p in [recommended, baseline, *probes]:
-        key = settings_key(p.settings)
-        if key not in by_settings or (not is_ok(by_settings[key]) and is_ok(p)):
-            by_settings[key] = p
-
-    def probe_for(order) -> list[record.Probe | None]:
-        found, settings = [], dict(base)
-        for name in order:
-            settings[name] = changes[name]
-            found.append(by_settings.get(settings_key(settings)))
-        return found
-
     rank = {name: i for i, name in enumerate(STAIR_ORDER)}
-    canonical = sorted(changes, key=lambda k: (rank.get(k, len(rank)), k))
-    order = canonical
-    if 1 < len(changes) <= _MAX_PERMUTED:
-        def score(o):  # most measured stairs, then most stairs with any probe (a failure says more than nothing)
-            found = probe_for(o)
-            return sum(map(is_ok, found)), sum(p is not None for p in found), [-rank.get(k, len(rank)) for k in o]
-
-        order = list(max(itertools.permutations(canonical), key=score))
-    base_tp = median_tp(baseline)
-    steps = [Step("baseline", dict(base), baseline, 1.0)]
-    settings = dict(base)
-    for name, probe in zip(order, probe_for(order)):
-        settings[name] = changes[name]
-        tp = median_tp(probe) if is_ok(probe) else None
-        steps.append(Step(f"+ {knobs.describe({name: changes[name]})}", dict(settings), probe,
-                          tp / base_tp if tp is not None and base_tp else None))
-    return steps
+    stairs, product, unmeasured = [], 1.0, []
+    for knob in sorted(changes, key=lambda k: (rank.get(k, len(rank)), k)):
+        figure = _contribution(doc, knob, changes[knob], changes)
+        label = knobs.describe({knob: changes[knob]})
+        if figure is None:
+            unmeasured.append(label)
+            continue
+        product *= figure["median"]
+        stairs.append(Stair("change", f"+ {label}", {knob: changes[knob]}, _interval(figure), product, figure["how"]))
+    confirmed = plain(doc.speedup) if doc.speedup is not None and doc.speedup.median is not None else None
+    if confirmed is None:
+        return stairs
+    rest = confirmed["median"] / product
+    if unmeasured:
+        label = f"{', '.join(unmeasured)} and the interaction" if stairs else f"{', '.join(unmeasured)} together"
+        stairs.append(Stair("rest", label, {}, {"median": rest},
+                            confirmed["median"], f"{', '.join(unmeasured)}: not measured on "
+                            f"{'its' if len(unmeasured) == 1 else 'their'} own; the confirmed speedup divided by "
+                            "the product of the rows above"))
+    elif len(stairs) > 1 and abs(rest - 1) >= 0.005:
+        stairs.append(Stair("rest", "interaction", {}, {"median": rest}, confirmed["median"],
+                            "the changes together against the product of their separate contributions: the "
+                            "confirmed speedup divided by the product of the rows above"))
+    how = f"the confirmation: {confirmed.get('method') or 'method not recorded'}"
+    stairs.append(Stair("total", "recommended (confirmed)", dict(changes), _interval(confirmed), confirmed["median"],
+                        how))
+    return stairs
 
 
 def _environment(env: record.Environment) -> list[tuple[str, str]]:
