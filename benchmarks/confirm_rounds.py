@@ -33,7 +33,7 @@ from pathlib import Path
 
 from tune_advisor import environment, knobs
 from tune_advisor.analysis import stats
-from tune_advisor.planner.compare import window_rate
+from tune_advisor.planner.ratios import window_rate
 from tune_advisor.probe.runner import run_probe
 from tune_advisor.probe.spec import ProbeSpec, Protocol
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from tune_advisor import environment, knobs
 from tune_advisor.analysis import stats
 from tune_advisor.api.inspection import inspect_workload
-from tune_advisor.planner.compare import window_rate
+from tune_advisor.planner.ratios import window_rate
 from tune_advisor.planner.confirm import step_ratio
 from tune_advisor.probe import lockstep
 from tune_advisor.probe.runner import run_probe

@@ -37,7 +37,7 @@ import numpy as np
 from tune_advisor import api, environment, knobs, results
 from tune_advisor.analysis import parity, stats
 from tune_advisor.errors import UsageError
-from tune_advisor.planner.compare import pair_ratio
+from tune_advisor.planner.ratios import pair_ratio
 from tune_advisor.planner.confirm import LOCKSTEP_MAX_STEP_RATIO, step_ratio
 from tune_advisor.planner.keep import together
 from tune_advisor.probe import lockstep

@@ -23,12 +23,14 @@ def analyze(path, tmp_path, protocol=FAST, **options):
 
 
 def test_cli_analyze_recommends_loader_workers_for_slow_storage(cli, tmp_path):
-    # WHEN analyze runs on a workload whose samples each wait 3 ms for storage (the loader's knobs, and some that
-    # cannot apply on a CPU; not compile, whose duels against eager on this tiny model took up to 140 s of rechecks)
+    # WHEN analyze runs on a workload whose samples each wait 3 ms for storage (loader workers, AMP, and knobs that
+    # cannot apply on a CPU; not compile, whose duels against eager on this tiny model took up to 140 s of rechecks,
+    # nor the batch ladder and the workers' own knobs, 40 s more of this test: the planner's unit tests and the
+    # framework and script analyses run those)
     out = tmp_path / "out"
     result = cli("analyze", WORKLOADS / "tiny_io.py", "-o", out, "--device", "cpu", "--min-time", "0.3",
                  "--min-steps", "5", "--warmup", "1", "--budget", "5m", "--json", "--knobs",
-                 "batch_size,num_workers,pin_memory,persistent_workers,prefetch_factor,amp,cudnn_benchmark")
+                 "num_workers,pin_memory,amp,cudnn_benchmark")
     assert result.exit_code == 0, result.output
     # THEN stdout is the results document, also saved to the output folder
     printed = json.loads(result.stdout)
@@ -141,13 +143,13 @@ def test_cli_rejects_an_unknown_knob_before_any_probe(cli, tmp_path):
 
 
 def test_budget_bounds_the_wall_time_and_lists_what_was_left(cli, tmp_path):
-    # GIVEN a loader-bound workload with more to explore than 60 s allow (probes with many loader workers take
+    # GIVEN a loader-bound workload with more to explore than 40 s allow (probes with many loader workers take
     # longer: warm-up and step cap are counted in waves; 16 workers took 6 s, 32 took 16 s)
     out = tmp_path / "out"
-    result = cli("analyze", FIXTURES / "io_bound.py", "-o", out, "--device", "cpu", "--budget", "60s",
+    result = cli("analyze", FIXTURES / "io_bound.py", "-o", out, "--device", "cpu", "--budget", "40s",
                  "--min-time", "0.3", "--min-steps", "5", "--warmup", "1", "--quiet")
     assert result.exit_code == 0, result.output
     budget = results.read(out / "results.json")["budget"]
     # THEN the whole analysis stays within 10% of the budget and says what it did not get to
-    assert budget["used_s"] <= 60 * 1.1
+    assert budget["used_s"] <= 40 * 1.1
     assert any("over budget" in u or "stopped when the budget ran out" in u for u in budget["unexplored"])

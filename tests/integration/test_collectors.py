@@ -68,9 +68,10 @@ def test_profiled_probe_summarises_a_known_op_mix(tmp_path, cached_peaks):
     json.dumps(result.to_dict(), allow_nan=False)
 
 
-def test_unprofiled_bf16_probe_measures_against_the_bf16_roof_and_leaves_no_trace(tmp_path, cached_peaks,
-                                                                                  native_bf16):
-    # GIVEN a CPU that computes bf16 natively (the detection forced where this one only emulates it)
+def test_unprofiled_bf16_probe_measures_against_the_bf16_roof_and_leaves_no_trace(tmp_path, native_bf16,
+                                                                                  cached_peaks):
+    # GIVEN a CPU that computes bf16 natively (the detection forced where this one only emulates it; forced before
+    # the peaks are cached, since the cache is keyed by the machine the detection reads)
     _, result = api.probe(LINEAR_CONV, {"amp": "bf16"}, device="cpu", protocol=THREE_STEPS, workdir=tmp_path)
     assert result.ok, result.error
     assert result.extra["collectors"]["profiler"] == "skipped: not a designated probe"

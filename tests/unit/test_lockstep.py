@@ -202,7 +202,7 @@ def test_timed_turns_are_the_nearest_whole_steps_and_at_least_one():
 
 
 def test_matched_turns_are_compared_turn_by_turn_so_the_shared_moments_still_cancel():
-    from tune_advisor.planner.compare import pair_ratio
+    from tune_advisor.planner.ratios import pair_ratio
     from tune_advisor.probe.result import ProbeResult, Status
 
     # GIVEN a pair of equal throughput (8 samples in 10 ms beside 40 in 50 ms) on a machine whose speed swings 40%

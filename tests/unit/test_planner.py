@@ -892,7 +892,8 @@ def test_exploring_probes_screen_and_no_probe_measures_past_the_budget():
 
 def test_a_gain_still_inconclusive_after_a_duel_earns_more_up_to_three_and_to_six_while_the_budget_is_ample():
     from tune_advisor.analysis import stats
-    from tune_advisor.planner.compare import MAX_DUELS, MAX_DUELS_AMPLE, window_rate
+    from tune_advisor.planner.compare import MAX_DUELS, MAX_DUELS_AMPLE
+    from tune_advisor.planner.ratios import window_rate
 
     def rounds(outcome, duels=None):
         """The duels' probes (the first `duels` duels'), and the ratio of their rounds."""
@@ -934,7 +935,7 @@ def test_a_gain_still_inconclusive_after_a_duel_earns_more_up_to_three_and_to_si
 
 def test_duels_in_turn_are_judged_over_their_rounds_so_the_machines_swings_cancel():
     from tune_advisor.analysis import stats
-    from tune_advisor.planner.compare import window_rate
+    from tune_advisor.planner.ratios import window_rate
 
     # GIVEN bf16 8% faster, steps jittering ±2%, and a machine whose speed holds for one duel in turn (both
     # runs) and then moves: 1.0, 0.75, 0.9
@@ -970,7 +971,7 @@ def test_with_three_runs_a_side_their_spread_not_the_steps_measures_the_noise():
     base = knobs.full_settings({"batch_size": 16})
     a = [session.run(base, "baseline", reuse=False) for _ in range(3)]
     b = [session.run({**base, "amp": "bf16"}, "knob:amp", reuse=False) for _ in range(3)]
-    from tune_advisor.planner.compare import window_rate
+    from tune_advisor.planner.ratios import window_rate
     assert compare.gain(session.ledger, a[0], b[0]) == stats.runs_ratio_ci([window_rate(p) for p in a],
                                                            [window_rate(p) for p in b])
 
@@ -1060,7 +1061,7 @@ def test_a_partner_that_fails_leaves_its_recheck_stopped_and_the_run_goes_on(fai
 
 
 def test_an_unmeasured_probe_has_no_rate_and_compares_as_unknown():
-    from tune_advisor.planner.compare import window_rate
+    from tune_advisor.planner.ratios import window_rate
 
     empty = ProbeResult("p009", knobs.full_settings(), Status.STOPPED, error="stopped before its first step")
     assert math.isnan(window_rate(empty))
@@ -1840,7 +1841,8 @@ def test_a_worker_cap_well_past_the_last_listed_count_within_it_tries_the_next_c
 
 
 def test_only_a_gain_over_the_baseline_earns_duels_past_three():
-    from tune_advisor.planner.compare import MAX_DUELS, MAX_DUELS_AMPLE, settings_key
+    from tune_advisor.planner.compare import MAX_DUELS, MAX_DUELS_AMPLE
+    from tune_advisor.planner.ratios import settings_key
 
     # GIVEN bf16 truly 15% faster, short runs (4 steps) jittering ±60%, no lockstep, no budget (ample): a gain that
     # stays promising and open for six duels
@@ -1863,7 +1865,8 @@ def test_only_a_gain_over_the_baseline_earns_duels_past_three():
 
 @pytest.mark.parametrize("later, kept", [(1.0, 256), (0.6, 128)])
 def test_a_plan_with_nothing_left_to_explore_takes_a_second_look_at_its_open_gain_over_the_best(later, kept):
-    from tune_advisor.planner.compare import MAX_DUELS, MAX_DUELS_AMPLE, settings_key
+    from tune_advisor.planner.compare import MAX_DUELS, MAX_DUELS_AMPLE
+    from tune_advisor.planner.ratios import settings_key
 
     # GIVEN a batch ladder whose last rung, 256, is truly 15% faster than 128, in short runs (4 steps) jittering
     # ±50%, no lockstep, no budget: three duels leave 256 over 128 promising but open (lstm_collate's shape), and
@@ -1915,7 +1918,8 @@ def test_a_reopened_worker_ladder_only_climbs():
 
 
 def test_a_rung_whose_first_duel_cannot_tell_a_loss_from_a_gain_is_dueled_again():
-    from tune_advisor.planner.compare import MIN_DUELS_UNDECIDED, pair_ratio
+    from tune_advisor.planner.compare import MIN_DUELS_UNDECIDED
+    from tune_advisor.planner.ratios import pair_ratio
     from tune_advisor.planner.keep import MIN_GAIN
 
     # GIVEN a batch ladder 32 -> 64 -> 128 measured in lockstep pairs of 8 steps jittering ±30%, where 128 is truly

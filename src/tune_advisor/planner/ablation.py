@@ -16,7 +16,8 @@ from typing import Any
 from .. import knobs
 from ..probe.result import ProbeResult
 from . import compare
-from .compare import Gain, agree, pooled
+from .compare import Gain
+from .ratios import agree, pooled
 from .keep import MIN_GAIN, together
 
 # Cheapest to lose first: knobs whose gain is often small or redundant beside another; the batch size last.

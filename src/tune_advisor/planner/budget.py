@@ -19,7 +19,8 @@ from ..probe.backend import ProbeBackend, ProbeLimits
 from ..probe.result import ProbeResult
 from ..probe.spec import Protocol
 from . import ablation, pairing
-from .compare import DUEL_MAX_S, plain_wall
+from .compare import DUEL_MAX_S
+from .ratios import plain_wall
 from .confirm import CONFIRM_GRACE, CONFIRM_RESERVE, reserve_s
 from .keep import DUEL_ROLE
 from .ledger import ProbeLedger

@@ -12,7 +12,8 @@ from .. import knobs
 from ..analysis import stats
 from ..probe.result import ProbeResult, Status
 from . import figures
-from .compare import DUEL_MAX_S, lockstep_drift, pair_ratio, plain_wall, window_rate
+from .compare import DUEL_MAX_S, lockstep_drift
+from .ratios import pair_ratio, plain_wall, window_rate
 from .keep import MIN_GAIN
 
 # Baseline and winner measured together in lockstep, three rounds (the first mover alternates): the speedup's CI

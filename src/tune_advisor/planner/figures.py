@@ -12,7 +12,7 @@ from typing import Any
 
 from ..analysis import stats
 from ..probe.result import ProbeResult
-from .compare import settings_key, window_rate
+from .ratios import settings_key, window_rate
 
 
 # A setting's own spread replaces the pool only from this many degrees of freedom (a confirmation's nine rounds):
@@ -30,7 +30,7 @@ OWN_MIN_DF = 8
 # eighth run, out of sample, held 371/390 of its re-measures at 0.074; over all eight (benchmarks/session_drift.csv,
 # 62 analyses) the calibration reads 0.0735, so the constant stays.
 # A level moves the baseline and the recommendation alike (their shifts correlate 0.82), so a speedup moves less:
-# SPEEDUP_DRIFT. docs/planner.md, "A drift between sessions".
+# SPEEDUP_DRIFT. benchmarks/results/session_drift.md, "A drift between sessions".
 SESSION_DRIFT = 0.074
 
 # How far a speedup itself moves between an analysis and a later measure of it (log sd): the two settings meet the

@@ -14,7 +14,8 @@ from typing import Any, Callable, Mapping
 from .. import knobs
 from ..probe.result import ProbeResult
 from . import figures
-from .compare import Gain, settings_key
+from .compare import Gain
+from .ratios import settings_key
 
 Duel = tuple[ProbeResult, ProbeResult]  # (reference side, candidate side)
 

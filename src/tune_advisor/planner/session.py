@@ -17,7 +17,8 @@ from ..probe.result import ProbeResult, Status
 from ..probe.spec import ProbeSpec
 from . import compare, pairing
 from .budget import Budget
-from .compare import CLEAR_GAIN, DUEL_FROM, MAX_DUELS, MAX_DUELS_AMPLE, MIN_DUELS_UNDECIDED, plain_wall
+from .compare import CLEAR_GAIN, DUEL_FROM, MAX_DUELS, MAX_DUELS_AMPLE, MIN_DUELS_UNDECIDED
+from .ratios import plain_wall
 from .keep import DUEL_ROLE, MIN_GAIN
 from .ledger import ProbeLedger
 

@@ -62,7 +62,7 @@ PARTNER_ENDED = "the other side of the lockstep pair ended first"
 # the shorter than the same two settings did in the grid's probes alone (1.0-1.5x apart: 0-2%); a 3% gain decides a
 # knob. Measured against runs alone (benchmarks/lockstep_bias.py, 8-16 rounds): varlen_transformer's lean went
 # from 11.0% to 0.9% with matched turns; cnn's at 4x (6.4%, 5.9%) and hf_transformer's at 2x (4.3%, 5.6%) stayed.
-# docs/planner.md, "Matched turns".
+# benchmarks/results/lockstep_bias.md, "Matched turns in the planner's duels".
 MATCH_FROM = 1.5
 MATCH_AFTER = 3  # single-step pairs of turns before the two sides' step times are compared
 MAX_TURN_STEPS = 16

@@ -406,7 +406,7 @@ def finish_probe(started: Started) -> ProbeResult:
         if spec.budget_bound:  # the analysis ran out of time, not the probe: no verdict on its settings
             result.status = Status.STOPPED
             # an exploring probe's limit is the budget less the time kept for the ablation and confirmation
-            # (Session.time_left): an H200 run read "the budget ran out" at 37 s of its 75
+            # (Budget.time_left): an H200 run read "the budget ran out" at 37 s of its 75
             what = ("the analysis budget (--budget)" if role.startswith("confirm") else
                     "the time the analysis budget (--budget) leaves for exploring, before the confirmation,")
             result.error = f"stopped: {what} ran out {spec.limit_s:.1f} s into it{where}; {killed}"

@@ -48,8 +48,8 @@ class ProbeSpec:
     # Fork from a zygote started for this probe (probe/runner.py), not one an earlier probe forked from. A zygote's
     # children share its memory layout (address-space randomisation is drawn once, at its start), and on
     # tiny_batch_mlp's baseline the children of one zygote read ~15% slower than those of the other in every round
-    # (docs/planner.md, "A zygote's children share its layout"): the confirmation draws a new one for each probe
-    # where the budget left holds its start.
+    # (benchmarks/results/reproducibility.md, "A zygote's children share its layout"): the confirmation draws a new
+    # one for each probe where the budget left holds its start, and the gate for each of its rounds.
     fresh_parent: bool = False
     # The longest the training loader's workers may take to deliver a batch before the probe ends as a timeout
     # (probe/measure.py LoaderHung), from the baseline's batch time (planner/budget.py loader_wait_s); None: no
