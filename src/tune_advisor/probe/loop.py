@@ -20,7 +20,7 @@ from torch.utils.data import dataloader as torch_loader
 
 from . import apply, lockstep
 from .evidence import CompileStats, optimizer_flags, sample_shape
-from .measure import Measurement, WarmUp, Window, record
+from .measure import Measurement, WarmUp, Window, add_outside_step, record
 from .spec import ProbeSpec
 from .training import Diverged, count_items
 from .window import StopRule
@@ -144,16 +144,7 @@ class LoopSteps:
         return False
 
     def _measured(self, now: float, wait: float, items: float, new_epoch: bool, loss: float | None) -> None:
-        raw, step_s = self.raw, now - self.last
-        raw["step_s"].append(step_s)
-        raw["data_wait_s"].append(min(wait, step_s))
-        raw["h2d_s"].append(0.0)  # the framework copies its batches itself: not separable from outside
-        raw["items"].append(items)
-        if loss is not None:
-            raw["loss"].append(loss)
-            raw["loss_step"].append(self.steps - 1)
-        if new_epoch:
-            self.epoch_starts.append(len(raw["step_s"]) - 1)
+        add_outside_step(self.raw, self.epoch_starts, now - self.last, wait, items, loss, self.steps - 1, new_epoch)
         self.last = now
 
     def _begin(self, now: float) -> None:

@@ -52,6 +52,22 @@ def whole(steps: int, cycle: int) -> int:
     return -(-steps // cycle) * cycle
 
 
+def add_outside_step(raw: dict[str, list], epoch_starts: list[int], step_s: float, wait_s: float, items: float,
+                     loss: float | None, step: int, new_epoch: bool) -> None:
+    """A measured step timed from outside the loop that ran it (a framework's, a script's): its time, the part it
+    waited for data, its items and loss at global step `step`; the copy to the device is the loop's own and not
+    separable from outside (0)."""
+    raw["step_s"].append(step_s)
+    raw["data_wait_s"].append(min(wait_s, step_s))
+    raw["h2d_s"].append(0.0)
+    raw["items"].append(items)
+    if loss is not None:
+        raw["loss"].append(loss)
+        raw["loss_step"].append(step)
+    if new_epoch:
+        epoch_starts.append(len(raw["step_s"]) - 1)
+
+
 class WarmUp:
     """When the untimed steps are over: after the protocol's warm-up steps and the loader's prefetched backlog, then,
     for a compiled model, once COMPILE_QUIET_STEPS steps in a row compiled nothing new (or after COMPILE_EXTRA_WARMUP

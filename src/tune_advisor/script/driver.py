@@ -31,7 +31,7 @@ from .. import knobs
 from .. import workload as wl_mod
 from ..probe import apply, failure, lockstep
 from ..probe.evidence import CompileStats
-from ..probe.measure import Measurement, WarmUp, Window, record
+from ..probe.measure import Measurement, WarmUp, Window, add_outside_step, record
 from ..probe.result import Status
 from ..probe.spec import ProbeSpec
 from ..probe.window import StopRule
@@ -195,15 +195,8 @@ class Steps:
         if self.unit_items is None:
             self.unit_items = items > 0
             self.out["unit"] = "samples/s" if self.unit_items else "steps/s"
-        raw["step_s"].append(now - self.last)
-        raw["data_wait_s"].append(min(wait, now - self.last))
-        raw["h2d_s"].append(0.0)  # the script copies its batches itself: not separable from outside
-        raw["items"].append(items if self.unit_items else 1.0)
-        if loss is not None:
-            raw["loss"].append(loss)
-            raw["loss_step"].append(self.steps - 1)
-        if new_epoch:
-            self.epoch_starts.append(len(raw["step_s"]) - 1)
+        add_outside_step(raw, self.epoch_starts, now - self.last, wait, items if self.unit_items else 1.0, loss,
+                         self.steps - 1, new_epoch)
         self.last = now
         if self.baton.active:  # the parent decides when both sides of the pair stop
             self._baton(self.baton.done, raw["step_s"][-1], raw["items"][-1])
