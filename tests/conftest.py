@@ -15,6 +15,7 @@ from tune_advisor import hardware, results
 from tune_advisor.probe.spec import Protocol
 
 from . import fakes
+from .short_cli import shorten_confirmation
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
@@ -40,19 +41,9 @@ def cli():
 
 @pytest.fixture
 def short_confirmation(monkeypatch):
-    """The confirmation at the fewest rounds its rules allow (CONFIRM_ROUNDS step by step, CONFIRM_MIN_ROUNDS_IN_TURN
-    in turn), not spread over a fifth of the budget: end-to-end tests check what an analysis decides and writes,
-    and on tiny workloads the default confirmation was most of their time (a 16-round one, 34 probes, took 103 s
-    of the Ray grid test's 112). How long a confirmation goes on is tested with fakes (tests/unit/test_planner.py).
-    Its probes fork from the long-lived zygotes, not each from a new one: a new zygote's start (2-5 s) was a third
-    of a test's analysis; new parents are tested in tests/integration/test_lockstep.py and test_probe_statuses.py.
-    Only for analyses in this process: a CLI run as a subprocess keeps the defaults."""
-    from tune_advisor.planner import confirm
-
-    monkeypatch.setattr(confirm, "CONFIRM_FRESH_PARENTS", False)
-    monkeypatch.setattr(confirm, "CONFIRM_SPAN_SHARE", 0.0)
-    monkeypatch.setattr(confirm, "CONFIRM_MAX_ROUNDS", confirm.CONFIRM_ROUNDS)
-    monkeypatch.setattr(confirm, "CONFIRM_MAX_ROUNDS_IN_TURN", confirm.CONFIRM_MIN_ROUNDS_IN_TURN)
+    """The confirmation as short as its rules allow, for analyses in this process (`short_cli.shorten_confirmation`
+    says why); a CLI run as a subprocess keeps the defaults unless it runs through tests/short_cli.py."""
+    shorten_confirmation(monkeypatch.setattr)
 
 
 # --- CPU kinds: the native-type detection forced, in this process and every child it starts --------------------

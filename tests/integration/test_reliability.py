@@ -15,9 +15,10 @@ import pytest
 
 from tune_advisor import files, results, rundir
 
-from ..conftest import WORKLOADS, tagged_processes
+from ..conftest import ROOT, WORKLOADS, tagged_processes
 
 FAST_FLAGS = ["--device", "cpu", "--min-time", "0.1", "--min-steps", "3", "--warmup", "1", "--no-profile"]
+SHORT_CLI = ROOT / "tests" / "short_cli.py"
 KILL_POINTS = 4  # each of the three ways a run is ended, one twice; each point a CLI start (seconds)
 
 
@@ -55,7 +56,8 @@ def test_analyze_killed_at_random_points_is_readable_renders_and_resumes_without
     env = {**os.environ, "TUNE_ADVISOR_TEST_TAG": tag}
     # Probes of at least 0.6 s: the 12 of the grid outlast the kill window (up to 3 s, plus the refused second run)
     # even on a fast, idle machine.
-    command = [sys.executable, "-m", "tune_advisor", "analyze", str(WORKLOADS / "tiny_grid.py"), "-o", str(out),
+    # The CLI as a process of its own, its confirmation as short as the in-process tests' (tests/short_cli.py)
+    command = [sys.executable, str(SHORT_CLI), "analyze", str(WORKLOADS / "tiny_grid.py"), "-o", str(out),
                "--strategy", "grid", "--budget", "2m", *FAST_FLAGS, "--min-time", "0.6", "--quiet"]
     first_seen: dict[str, tuple[dict, int | None]] = {}  # probe id -> (its saved dict, its result file's mtime)
     outcomes = []
