@@ -182,3 +182,123 @@ def test_a_level_calibrated_for_coverage_holds_it_on_new_heavy_tailed_shifts_whe
     assert between_for_coverage([0.01, -0.02, 0.0], [0.05, 0.05, 0.05], 0.5) == 0.0
     assert between_for_coverage([0.01, 0.02], [0.05, 0.05], 0.95) == float("inf")
     assert np.isnan(between_for_coverage([], [], 0.95))
+
+
+def test_signed_rank_critical_values_are_the_tabled_ones():
+    from tune_advisor.analysis.stats import signed_rank_critical
+
+    # GIVEN the two-sided 5% critical values of Wilcoxon's signed-rank statistic as tabled (reject when W <= w)
+    tabled = {6: 0, 7: 2, 8: 3, 9: 5, 10: 8, 11: 10, 12: 13, 15: 25, 20: 52, 25: 89, 30: 137}
+    # THEN the exact count over ranks gives them, and none below 6 values (2/2^5 already exceeds 5%)
+    assert {n: signed_rank_critical(n) for n in tabled} == tabled
+    assert [signed_rank_critical(n) for n in range(1, 6)] == [-1] * 5
+    # AND at 1% (tabled: n = 8, 9, 10 -> 0, 1, 3; nothing below 8)
+    assert [signed_rank_critical(n, 0.99) for n in range(7, 11)] == [-1, 0, 1, 3]
+    # AND the count agrees with enumerating all 2^9 sign patterns
+    sums = [sum(r for r, bit in zip(range(1, 10), f"{p:09b}") if bit == "1") for p in range(2 ** 9)]
+    w = signed_rank_critical(9)
+    assert sum(s <= w for s in sums) / 2 ** 9 <= 0.025 < sum(s <= w + 1 for s in sums) / 2 ** 9
+
+
+def test_the_walsh_interval_runs_between_walsh_averages_and_needs_six_values():
+    from tune_advisor.analysis.stats import walsh_interval
+
+    # GIVEN six values: the critical value is 0, so the interval runs from the smallest Walsh average to the
+    # largest, the values' own extremes
+    assert walsh_interval([3.0, 1.0, 2.0, 6.0, 4.0, 5.0]) == (1.0, 6.0)
+    # GIVEN seven (critical value 2): the third Walsh average from either end
+    assert walsh_interval(list(range(7))) == (1.0, 5.0)
+    # GIVEN five or fewer: no interval reaches 95%
+    assert all(np.isnan(walsh_interval([1.0, 2.0, 3.0, 4.0, 5.0])))
+    assert all(np.isnan(walsh_interval([])))
+
+
+def test_a_ratio_over_eight_rounds_covers_the_truth_about_95_percent_of_the_time():
+    from tune_advisor.analysis.stats import rounds_ratio_interval
+
+    # GIVEN 2,000 draws of 8 rounds whose ratios are log-normal around a true 1.3x (log sd 5%)
+    rng = np.random.default_rng(11)
+    covered = 0
+    for _ in range(2000):
+        _, low, high = rounds_ratio_interval(1.3 * np.exp(rng.normal(0, 0.05, 8)))
+        covered += low <= 1.3 <= high
+    # THEN the interval from the clipped rounds' Walsh averages holds it about as often as it says
+    assert 0.93 <= covered / 2000 <= 0.98, covered
+
+
+def test_two_disturbed_rounds_of_ten_widen_the_ratio_interval_at_most_threefold():
+    from tune_advisor.analysis.stats import rounds_ratio_interval, t95
+
+    # GIVEN 200 draws of 10 rounds (log sd 3% around 1.2x), then the same with 2 rounds read under a busy
+    # neighbour: 3x off, above or below
+    factor = 3.0  # the stated bound (rounds_ratio_interval's docstring): widths within 3x in 95% of draws
+    rng = np.random.default_rng(5)
+    ratios, t_ratios = [], []
+    for draw in range(200):
+        logs = np.log(1.2) + rng.normal(0, 0.03, 10)
+        disturbed = logs.copy()
+        disturbed[rng.choice(10, 2, replace=False)] += np.log(3.0) * (1 if draw % 2 else -1)
+        centre, low, high = rounds_ratio_interval(np.exp(logs))
+        centre_d, low_d, high_d = rounds_ratio_interval(np.exp(disturbed))
+        ratios.append(np.log(high_d / low_d) / np.log(high / low))
+        # the centre moves a few %, where the geometric mean would move a fifth of log(3): 22%
+        assert abs(np.log(centre_d / centre)) < 0.1
+        t_half = [t95(9) * x.std(ddof=1) / np.sqrt(10) for x in (logs, disturbed)]
+        t_ratios.append(t_half[1] / t_half[0])
+    # THEN the interval stays within the factor of the undisturbed one, where Student's t (the interval before)
+    # widens many times
+    assert np.percentile(ratios, 95) <= factor and np.median(ratios) <= 2.5, np.percentile(ratios, [50, 95])
+    assert np.median(t_ratios) > 10
+
+
+def test_stray_rounds_are_clipped_to_three_robust_sds_and_none_without_a_spread():
+    from tune_advisor.analysis.stats import clip_strays
+
+    # GIVEN rounds with a median of 0.5, a median deviation of 1.5 (robust sd 2.22) and one 40 away
+    values = [0.0, 1.0, -1.0, 2.0, -2.0, 40.0]
+    clipped = clip_strays(values)
+    # THEN only the stray moves, to 3 robust sds from the median
+    assert list(clipped[:5]) == values[:5] and clipped[5] == pytest.approx(0.5 + 3 * 1.4826 * 1.5)
+    # GIVEN over half the rounds equal: no scale to judge by, nothing clipped
+    assert list(clip_strays([1.0, 1.0, 1.0, 1.0, 5.0, 9.0])) == [1.0, 1.0, 1.0, 1.0, 5.0, 9.0]
+
+
+def test_a_confirmation_of_ten_rounds_two_disturbed_states_its_centre_and_how_its_interval_was_made():
+    from tune_advisor import knobs
+    from tune_advisor.planner import Session
+    from tune_advisor.planner.confirm import _speedup
+    from tune_advisor.planner.ratios import pair_ratio
+    from tune_advisor.probe.result import ProbeResult, Status
+
+    from ..fakes import FakeBackend, FakeClock
+
+    # GIVEN ten confirmation rounds in turn reading 2.0x (log sd 3% between rounds, steady steps within each), then
+    # the same with two of them read under a busy neighbour that slowed the baseline 3x
+    base_settings = knobs.full_settings({"batch_size": 16})
+    winner_settings = {**base_settings, "num_workers": 2}
+    ratios = 2.0 * np.exp(np.random.default_rng(2).normal(0, 0.03, 10))
+    disturbed = ratios.copy()
+    disturbed[[3, 8]] *= 3
+
+    def rounds(ratios):
+        return [tuple(ProbeResult(id=f"{side}{i}", settings=s, status=Status.OK, role="confirm",
+                                  raw={"step_s": [step] * 20, "items": [16.0] * 20})
+                      for side, s, step in (("a", base_settings, 0.02), ("b", winner_settings, 0.02 / ratio)))
+                for i, ratio in enumerate(ratios)]
+
+    def speedup(rounds):
+        session = Session(FakeBackend(lambda s: 1000.0), clock=FakeClock())
+        return _speedup(session, rounds, rounds[0][0], rounds[0][1], timed=False, notes=[])
+
+    calm, busy = speedup(rounds(ratios)), speedup(rounds(disturbed))
+    # THEN the speedup the report states keeps its centre, and says how its interval was made
+    assert busy["median"] == pytest.approx(calm["median"], rel=0.1)
+    assert "signed-rank" in busy["interval"] and "Student" not in busy["interval"]
+    # AND the two disturbed rounds are the strays (6 rounds: too few to tell)
+    strays = stats.stray_rounds(disturbed)
+    assert list(np.flatnonzero(strays)) == [3, 8] and not stats.stray_rounds(disturbed[:6]).any()
+    # AND the stated interval stays within the stated 3x of the calm one's width: its floor comes from the steps of
+    # the other rounds (pooled over every round's steps, the floor swelled as Student's t does)
+    assert np.log(busy["ci_high"] / busy["ci_low"]) <= 3 * np.log(calm["ci_high"] / calm["ci_low"])
+    everything = stats.rounds_ratio_interval(disturbed, within=pair_ratio(rounds(disturbed))[1:])
+    assert np.log(everything[2] / everything[1]) > 3 * np.log(calm["ci_high"] / calm["ci_low"])

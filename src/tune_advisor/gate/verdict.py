@@ -175,8 +175,9 @@ def ratio_interval(candidate: Sample, reference: Sample, metric: str, mode: str 
     """candidate/reference of `throughput` or `step_time` with a 95% CI.
 
     Interleaved: rounds are pairs measured together in lockstep (drift within a round hits both sides alike); the
-    ratio is the Hodges-Lehmann centre of the rounds' ratios with the CI of their geometric mean, Student's t over
-    the rounds (`stats.rounds_ratio_interval`), never narrower than the CI from the rounds' steps (resampled in the
+    ratio is the Hodges-Lehmann centre of the rounds' ratios with its CI over the rounds (`stats.rounds_ratio_interval`:
+    Student's t over their geometric mean below seven rounds, from seven the centre's own interval from their
+    pairwise means with stray rounds clipped), never narrower than the CI from the rounds' steps (resampled in the
     same blocks on both sides). Stored: the sides are resampled independently and the CI is then widened by the
     larger round-to-round spread of the two sides (the allowance), because the reference ran in another job under
     conditions this job cannot see.
@@ -199,7 +200,7 @@ def ratio_interval(candidate: Sample, reference: Sample, metric: str, mode: str 
             # Steps of one round are not independent draws (the machine's state carries from step to step and
             # from one side's step to the other's), so resampling them makes the CI too narrow: A/A runs of
             # unchanged code read 0.90x [0.85, 0.98] and 1.09x [1.06, 1.20]. The rounds are the independent
-            # measurements: Student's t over their ratios, the steps' bootstrap as a floor.
+            # measurements: the interval over their ratios, the steps' bootstrap as a floor.
             pick = _pick_rounds(n_cand, rng, n_boot)
             within = _interval(np.exp(np.nanmean(np.log(cand[pick, col] / ref[pick, col]), axis=1)))
             rates = [(c.value("throughput") if not steps_only else 1 / c.step_time,

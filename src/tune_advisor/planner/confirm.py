@@ -111,9 +111,11 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
     when the baseline stays recommended (the note says what the confirmation measured: a speedup beside unchanged
     settings would be one the report does not recommend).
 
-    The speedup is the Hodges-Lehmann centre of the rounds' ratios, with the 95% CI of their geometric mean from
-    Student's t over the rounds (`stats.rounds_ratio_interval`, widened to hold the centre, and to hold both halves'
-    centres where the rounds split by who went first: `first_mover_split`), so it covers the drift between rounds.
+    The speedup is the Hodges-Lehmann centre of the rounds' ratios with a 95% CI over the rounds
+    (`stats.rounds_ratio_interval`): from seven rounds the centre's own interval from their pairwise means, stray
+    rounds clipped so that one or two read under a busy neighbour do not swing it; below seven, Student's t over
+    their geometric mean. Widened to hold the centre, and to hold both halves' centres where the rounds split by who
+    went first (`first_mover_split`), so it covers the drift between rounds.
     The winner stays recommended only if that CI shows a gain beyond the noise too. A round that fails (the budget
     ran out in it, say) leaves the rounds before it to decide, with a note.
 
@@ -184,10 +186,20 @@ def _speedup(session, rounds: list[tuple[ProbeResult, ProbeResult]], base: Probe
                 "high)" if timed else "measured together in lockstep, step by step")
     rounds_text = f"{len(finished)} round{'s' if len(finished) != 1 else ''}"
     spread = _pooled_spread(session, finished, timed)
-    if len(finished) >= 2 or (spread and spread[1]):
-        interval = (f"the Hodges-Lehmann centre of the {rounds_text}' ratios (the median of their pairwise geometric "
-                    "means); 95% CI of their geometric mean, Student's t over the rounds (the drift between rounds "
-                    "counts), widened to hold the centre and at least as wide as the CI from their steps")
+    centre_text = (f"the Hodges-Lehmann centre of the {rounds_text}' ratios (the median of their pairwise geometric "
+                   "means)")
+    if len(finished) >= stats.WALSH_MIN_ROUNDS:
+        interval = (f"{centre_text}; 95% CI from those pairwise means (the Wilcoxon signed-rank interval), a round "
+                    f"more than {stats.ROUND_CLIP:g} robust sds from the median counted at that distance (the drift "
+                    "between rounds counts, a round or two read under a busy neighbour do not swing it), widened to "
+                    "hold the centre and at least as wide as the CI from their steps")
+    elif len(finished) >= 2 or (spread and spread[1]):
+        over = ("the round-to-round spread pooled over the run's repeated lockstep comparisons"
+                if spread and spread[1] > len(finished) - 1 else "over the rounds")
+        interval = (f"{centre_text}; 95% CI of their geometric mean, Student's t, {over} (below "
+                    f"{stats.WALSH_MIN_ROUNDS} rounds an interval from the pairwise means is wide or none; the drift "
+                    "between rounds counts), widened to hold the centre and at least as wide as the CI from their "
+                    "steps")
     else:
         interval = "95% bootstrap CI of the ratio over one round's steps: within one window"
     split = _split(rounds)
@@ -271,12 +283,18 @@ def _round_s(fresh_parent_s: float, base: ProbeResult, winner: ProbeResult, turn
 def speedup_interval(session, rounds: list[tuple[ProbeResult, ProbeResult]], base: ProbeResult,
                      winner: ProbeResult, timed: bool) -> tuple[float, float, float]:
     """The speedup (centre, low, high) that the finished ones of `rounds` (in round order) make, as the report
-    states it: the rounds' ratios (`stats.rounds_ratio_interval`), floored by the CI from their steps, widened to
-    hold both halves' centres where the rounds split by who went first (`first_mover_split`)."""
+    states it: the rounds' ratios (`stats.rounds_ratio_interval`: from seven rounds the Hodges-Lehmann centre's own
+    interval, stray rounds clipped; below seven Student's t, over the run's pooled lockstep spread where it has more
+    degrees of freedom), floored by the CI from their steps, widened to hold both halves' centres where the rounds
+    split by who went first (`first_mover_split`)."""
     finished = _finished(rounds)
-    _, within_low, within_high = pair_ratio(finished, waves=(base.wave, winner.wave))
-    centre, low, high = stats.rounds_ratio_interval([window_rate(b) / window_rate(a) for a, b in finished],
-                                                    within=(within_low, within_high),
+    ratios = [window_rate(b) / window_rate(a) for a, b in finished]
+    # The floor from the steps of the rounds that read true only: pooled with a disturbed round's, it swells as
+    # Student's t does (stats.stray_rounds)
+    strays = stats.stray_rounds(ratios)
+    _, within_low, within_high = pair_ratio([pair for pair, stray in zip(finished, strays) if not stray],
+                                            waves=(base.wave, winner.wave))
+    centre, low, high = stats.rounds_ratio_interval(ratios, within=(within_low, within_high),
                                                     spread=_pooled_spread(session, finished, timed))
     split = _split(rounds)
     if split is not None:
