@@ -194,3 +194,35 @@ def test_without_a_trace_path_nothing_is_written(tmp_path, monkeypatch):
     summary = profiler.profile_steps(lambda i: (x @ x).sum().backward(), "cpu", None)
     assert summary["trace"]["file"] is None and summary["steps"] == 3
     assert not list(tmp_path.iterdir())
+
+
+def test_a_short_budget_profiles_fewer_steps_and_a_long_one_the_full_schedule():
+    full = {"wait": profiler.WAIT, "warmup": profiler.WARMUP, "active": profiler.ACTIVE}
+    # GIVEN no budget, or one whose share holds the five steps: the full schedule
+    assert profiler.schedule_within(1.8, None) == full
+    assert profiler.schedule_within(1.8, 600.0) == full  # 5% of 10 minutes: 30 s, sixteen steps
+    # GIVEN a 1-minute run's baseline with 1.8 s steps: no settling step, the profiler's warm-up and one recorded
+    assert profiler.schedule_within(1.8, 57.0) == {"wait": 0, "warmup": 1, "active": 1}
+    # AND with 0.7 s steps three fit: the warm-up and two recorded
+    assert profiler.schedule_within(0.7, 45.0) == {"wait": 0, "warmup": 1, "active": 2}
+    # AND a step without a time (none measured) keeps the full schedule
+    assert profiler.schedule_within(0.0, 10.0) == full
+    # THEN a one-step schedule profiles that step and counts per step over it
+    x = torch.randn(4, 4, requires_grad=True)
+    summary = profiler.profile_steps(lambda i: (x @ x).sum().backward(), "cpu", None,
+                                     **profiler.schedule_within(1.8, 57.0))
+    assert summary["steps"] == 1
+
+
+def test_the_baseline_window_is_a_tenth_of_a_short_budget_and_the_protocols_cap_beyond():
+    from tune_advisor.planner.budget import BASELINE_SHARE, SCREEN_MAX_S, probe_limits
+    from tune_advisor.probe.spec import Protocol
+
+    protocol = Protocol()  # its own cap: 15 s
+    # GIVEN a 1-minute run's baseline (about 57 s left): a tenth of it
+    assert probe_limits("baseline", 57.0).protocol(protocol).max_time_s == pytest.approx(BASELINE_SHARE * 57.0)
+    # AND a 10-minute one: the protocol's own cap
+    assert probe_limits("baseline", 597.0).protocol(protocol).max_time_s == protocol.max_time_s
+    # AND never below a screening probe's window; other roles unchanged
+    assert probe_limits("baseline", 12.0).protocol(protocol).max_time_s == SCREEN_MAX_S
+    assert probe_limits("confirm:baseline", 57.0).protocol(protocol).max_time_s == protocol.max_time_s

@@ -24,6 +24,9 @@ from typing import Any, Callable
 from ..files import write_bytes_atomic
 
 WAIT, WARMUP, ACTIVE = 1, 1, 3  # profiler schedule: one step to settle, one to warm the profiler, three recorded
+# A short budget's share for the profiler's steps (`schedule_within`): on a 1-minute run of cnn (1.8 s steps) the
+# baseline's five profiled steps took 15 s, a quarter of the minute (benchmarks/results/minute_breakdown.md).
+PROFILE_SHARE = 0.05
 MAX_TRACE_BYTES = 20 * 2**20  # gzipped; a larger trace is cut to its first step, then dropped
 TOP_OPS = 15
 CATEGORIES = ("kernel", "memcpy", "memset", "runtime", "data_loading", "cpu_exec", "other")
@@ -43,6 +46,20 @@ DENSE_OPS = re.compile(r"^aten::(_?(add)?b?mm|baddbmm|addbmm|_addmm_activation|\
                        r"|\w*rnn\w*|\w*lstm\w*|\w*gru\w*|mkldnn_linear\w*)$")
 DENSE_KERNELS = re.compile(r"gemm|conv|xmma|cutlass|flash|fmha|attention|wgrad|dgrad|cudnn|rnn|lstm", re.IGNORECASE)
 STEP_PREFIX = "ProfilerStep#"
+
+
+def schedule_within(step_s: float, left_s: float | None) -> dict[str, int]:
+    """The profiler's schedule (wait, warmup, active) for steps of `step_s` with `left_s` of the budget left for the
+    probe: the full one (WAIT, WARMUP, ACTIVE) where its steps fit in PROFILE_SHARE of `left_s` or there is no
+    budget; else no settling step and as few recorded ones as fit, at least one (the profiler's own warm-up step is
+    kept: the first profiled step pays its start)."""
+    full = {"wait": WAIT, "warmup": WARMUP, "active": ACTIVE}
+    if left_s is None or not step_s > 0:
+        return full
+    fit = int(PROFILE_SHARE * left_s // step_s)
+    if fit >= WAIT + WARMUP + ACTIVE:
+        return full
+    return {"wait": 0, "warmup": WARMUP, "active": max(1, min(ACTIVE, fit - WARMUP))}
 
 
 class TraceProfiler:

@@ -32,6 +32,10 @@ CALIBRATION_SHARE = 0.1  # of the budget, at most, for measuring the machine's p
 # longer buys little. A noisy one, on a machine whose speed swings, would otherwise run to its cap.
 SCREEN_MAX_S = 3.0
 SCREENING_ROLES = ("knob:", "ladder:", "bisect:")
+# The baseline's window, at most, as a share of the budget left: its 15 s protocol cap was 68% of a 1-minute cnn
+# run with its profiler (benchmarks/results/minute_breakdown.md), and nothing else had run by then. From a
+# 2.5-minute budget the protocol's own cap decides; never below SCREEN_MAX_S.
+BASELINE_SHARE = 0.1
 ABLATION_START_S = 2.0  # a lockstep side's start and warm-up, beyond its measured window
 # A batch the loader's workers take longer than this many of the baseline's steps to deliver (scaled to the probe's
 # batch and workers: `Budget.loader_wait_s`), and at least LOADER_WAIT_MIN_S, ends the probe as hung: a dataset that
@@ -69,9 +73,10 @@ def role_cap(role: str) -> float | None:
 
 
 def probe_limits(role: str, left_s: float | None) -> ProbeLimits:
-    """A probe's limits: `role_cap`, and a measurement that stops extending in time to leave a result within
-    `left_s` (what is left of the budget for it)."""
-    caps = [c for c in (role_cap(role), None if left_s is None else left_s / 2) if c is not None]
+    """A probe's limits: `role_cap`, the baseline's BASELINE_SHARE, and a measurement that stops extending in time
+    to leave a result within `left_s` (what is left of the budget for it)."""
+    share = None if left_s is None or role != "baseline" else max(SCREEN_MAX_S, BASELINE_SHARE * left_s)
+    caps = [c for c in (role_cap(role), share, None if left_s is None else left_s / 2) if c is not None]
     return ProbeLimits(left_s, min(caps) if caps else None)
 
 

@@ -40,7 +40,9 @@ def profile(spec: ProbeSpec, out: dict[str, Any], workdir: Path | None, run_step
     kept = len(losses)
     try:
         trace_path = workdir / f"{spec.id}.trace.json.gz" if workdir is not None else None
-        summary = profiler.profile_steps(run_step, spec.device.split(":")[0], trace_path)
+        steps = out["raw"].get("step_s") or []
+        schedule = profiler.schedule_within(median(steps) if steps else 0.0, spec.budget_left_s)
+        summary = profiler.profile_steps(run_step, spec.device.split(":")[0], trace_path, **schedule)
     except Exception as exc:  # noqa: BLE001 — including a loss turning non-finite in a profiled step
         del losses[kept:], loss_steps[kept:]  # the profiled steps are not measured steps
         return f"error: {type(exc).__name__}: {exc}"
