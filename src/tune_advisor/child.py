@@ -4,7 +4,8 @@ forked by probe/zygote.py. It picks the driver for the spec and leaves RESULT.js
     inspect  a workload file: probe/inspection.py; a plain script: script/driver.py `inspect`
     probe    a workload file: probe/training.py; a Trainer or LightningModule: its own loop, probe/loop.py; a plain
              script: script/driver.py `train`; a torchrun rank joins its DDP group first and plugs it into the
-             training (distributed/rank.py), a framework's too (its adapted parts in probe/training.py's loop)
+             training (distributed/rank.py), a framework's too (its adapted parts in probe/training.py's loop);
+             a script's rank does not: the script joins its group itself (rank.ScriptRank)
 
 It sits above probe/, script/ and distributed/, so that each of those imports only downward; the process machinery
 names it (probe/process.py CHILD_MODULE) and imports nothing of it. Nothing torch-heavy is imported at the top:
@@ -61,7 +62,12 @@ def drive(spec: ProbeSpec, phase: Callable[[str], None], out: dict[str, Any], wo
     if spec.script is not None:  # script mode: the user's script drives the steps
         from .script import driver
 
-        driver.train(spec, phase, out, workdir)
+        script_rank = None
+        if spec.distributed:  # a torchrun rank of a script that joins its group itself
+            from .distributed import rank
+
+            script_rank = rank.setup_script(spec)
+        driver.train(spec, phase, out, workdir, script_rank)
         return
     from .probe import training
 

@@ -117,8 +117,9 @@ def test_the_reports_print_the_command_line_beside_the_snippet():
     assert view.build(golden("cnn")).run_command is None
 
 
-def test_script_arguments_given_to_a_workload_file_or_a_ddp_script_are_usage_errors():
+def test_script_arguments_given_to_a_workload_file_are_usage_errors_and_a_ddp_script_gets_its_world_size():
     from tune_advisor.api.facade import script_mode
+    from tune_advisor.distributed.launch import layout
 
     from ..conftest import WORKLOADS
 
@@ -126,11 +127,10 @@ def test_script_arguments_given_to_a_workload_file_or_a_ddp_script_are_usage_err
         script_mode(WORKLOADS / "tiny_mlp.py", AnalyzeOptions(script_args=["--epochs", "1"]), None)
     assert script_mode(WORKLOADS / "tiny_mlp.py", AnalyzeOptions(), None) is None
     script = WORKLOADS / "scripts" / "tiny_script.py"
-    with pytest.raises(UsageError, match="script mode measures one process"):
-        script_mode(script, AnalyzeOptions(), {"nproc_per_node": 2})
+    assert script_mode(script, AnalyzeOptions(), layout(2))["world_size"] == 2  # a script written for torchrun
     found = script_mode(script, AnalyzeOptions(script_args=["--epochs", "1"], maps=["batch_size=--batch-size"]), None)
     assert found == {"args": ["--epochs", "1"], "map": {"batch_size": {"flag": "--batch-size", "values": {}}},
-                     "cwd": None, "home": os.getcwd()}
+                     "cwd": None, "home": os.getcwd(), "world_size": 1}
 
 
 def test_a_flag_ending_in_equals_takes_its_value_joined_configurator_and_hydra_style():

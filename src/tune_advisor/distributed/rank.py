@@ -6,6 +6,9 @@ The probe child's entry (`child.py`) sets the rank up, hands it to `probe/traini
 `finish`, only when the spec is distributed; a single-process probe never initialises torch.distributed. Every rank
 writes its own `RESULT.json.rank<N>` too, so that when a rank fails (and torchrun ends the others) the parent can
 still say which rank failed and why (`distributed.merge.failure`).
+
+A script written for torchrun (script mode) joins its group itself: `setup_script` gives its `ScriptRank`, which
+initialises nothing, and `finish` gathers over the script's group.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import torch.distributed as dist
 LOCAL_STEPS = 8  # steps timed without gradient sync after the measured ones: each rank's own work per step
 PR_SET_PDEATHSIG = 1
 
-current: "Rank | None" = None  # the rank this process runs, set by setup() for finish()
+current: "Rank | ScriptRank | None" = None  # the rank this process runs, set by setup() for finish()
 
 
 def backend_for(setting: str, device_type: str) -> str:
@@ -109,9 +112,62 @@ class Rank:
                 "ddp": getattr(self, "applied", None)}
 
 
+class ScriptRank:
+    """A rank of a script written for torchrun (script mode, script/driver.py): the script initialises the group
+    and wraps its model itself, so this only reads the rank's place from torchrun's environment, agrees on when to
+    stop over the script's group, and gathers the results over it (`finish`). Collectives of its own go over a gloo
+    group (the script's, or one made beside an NCCL one), so a script that never set its CUDA device cannot
+    mislead them."""
+
+    def __init__(self, spec):
+        missing = [k for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR") if k not in os.environ]
+        if missing:
+            raise RuntimeError(f"a distributed probe must run under torchrun ({', '.join(missing)} not set)")
+        _die_with_parent()
+        self.spec = spec
+        self.rank, self.local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+        self.world_size = int(os.environ["WORLD_SIZE"])
+        cuda = torch.device(spec.device).type == "cuda"
+        self.device = torch.device(f"cuda:{self.local_rank}") if cuda else torch.device("cpu")
+        self.applied: dict[str, Any] | None = None  # the script's DDP wrapper, as script/group.py read it back
+        self._control = None
+
+    def joined(self) -> bool:
+        """Whether the script has initialised its process group."""
+        return dist.is_initialized()
+
+    def control(self):
+        """The group this rank's own collectives use: the script's when it has gloo, else a gloo group made once
+        (every rank makes it at the same point: its first agreement, or the gather)."""
+        if self._control is None:
+            self._control = dist.group.WORLD if "gloo" in str(dist.get_backend()) else dist.new_group(backend="gloo")
+        return self._control
+
+    def agree(self, stop: bool) -> bool:
+        """Rank 0's decision for every rank (between the script's optimizer steps)."""
+        flag = torch.tensor([1 if stop else 0])
+        dist.broadcast(flag, src=0, group=self.control())
+        return bool(flag.item())
+
+    def wrapped(self, applied: dict[str, Any] | None) -> None:
+        self.applied = applied
+
+    def describe(self) -> dict[str, Any]:
+        return {"rank": self.rank, "local_rank": self.local_rank, "world_size": self.world_size,
+                "host": socket.gethostname(), "device": str(self.device),
+                "backend": str(dist.get_backend()) if dist.is_initialized() else None, "ddp": self.applied}
+
+
 def setup(spec) -> Rank:
     global current
     current = Rank(spec)
+    return current
+
+
+def setup_script(spec) -> ScriptRank:
+    """A rank of a script that joins the group itself: nothing initialised here."""
+    global current
+    current = ScriptRank(spec)
     return current
 
 
@@ -123,6 +179,10 @@ def finish(result: dict[str, Any], result_path: Path, write_json: Callable[[Path
     from .merge import merge
 
     rank = current
+    if isinstance(rank, ScriptRank) and result.get("status") == "ok" and not dist.is_initialized():
+        result["status"], result["error"] = "error", (
+            "the script's process group was gone before the ranks' results could be gathered (destroyed other than "
+            "through torch.distributed.destroy_process_group, which script mode puts off until then)")
     result["rank"] = rank.describe() if rank else {"rank": int(os.environ.get("RANK", -1))}
     result["rank"]["finished_at"] = time.time()
     write_json(result_path.with_name(f"{result_path.name}.rank{result['rank']['rank']}"), result)
@@ -130,10 +190,11 @@ def finish(result: dict[str, Any], result_path: Path, write_json: Callable[[Path
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)  # not sys.exit: a process group with collectives pending can hang the interpreter's shutdown
+    group = rank.control() if isinstance(rank, ScriptRank) else None  # None: the default group
     gathered: list[Any] = [None] * rank.world_size
-    dist.all_gather_object(gathered, result)
+    dist.all_gather_object(gathered, result, group=group)
     if rank.local_rank == 0:  # every node's first rank: each node's tune-advisor gets the same job result
         write_json(result_path, merge(gathered))
-    dist.barrier()  # rank 0 has written the result before any rank leaves
-    dist.destroy_process_group()
+    dist.barrier(group=group)  # rank 0 has written the result before any rank leaves
+    dist.destroy_process_group()  # a script's own group too: its destroy_process_group was put off until now
     return 0

@@ -7,6 +7,8 @@
 - a global optimizer step post-hook: each `optimizer.step()` ends a training step (`on_step`).
 - `Tensor.backward`: the last scalar it was called on is the step's loss (for loss parity); the scalars it was
   called on between two steps are the step's micro-batches (a script without a DataLoader counts its samples so).
+- `init_process_group`, `DistributedDataParallel` and `destroy_process_group`: the script's own group
+  (script/group.py).
 - `multiprocessing`'s `Process.start`, `subprocess.Popen` and `os.fork` called from the script's own code: refused
   before a process starts (script mode measures one process; DataLoader workers and torch's own processes are
   started by library code, and pass); `sys.stdin`: empty, and a read is noted.
@@ -138,6 +140,7 @@ class Hooks:
         self.stdin = ClosedStdin()
         self._records: dict[int, dict[str, Any]] = {}  # id(DataLoader) -> its record
         self.before_train_iter: Callable[[Any], None] | None = None  # called before each training-loader iterator
+        self.group = None  # script/group.py GroupHooks: the script's own process group and DDP wrapper
         self._undo: list[Callable[[], None]] = []
 
     # --- installing ------------------------------------------------------------------------------------------
@@ -153,6 +156,8 @@ class Hooks:
         self._patch(multiprocessing.process.BaseProcess, "start", self._guard_spawn("multiprocessing Process.start"))
         self._patch(subprocess.Popen, "__init__", self._guard_spawn("subprocess.Popen"))
         self._patch(os, "fork", self._guard_spawn("os.fork"))  # multiprocessing's fork goes through it too
+        if self.group is not None:
+            self.group.install(self._patch)
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
         handle = register_optimizer_step_post_hook(self._stepped)
@@ -284,7 +289,7 @@ class Hooks:
         self.model = model
         convs = sum(isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d)) for m in model.modules())
         self.model_facts = {
-            "model_class": type(getattr(model, "_orig_mod", model)).__name__,
+            "model_class": type(_unwrapped(model)).__name__,
             "parameters": sum(p.numel() for p in model.parameters()),
             "conv_layers": convs,
             "repeated_blocks": apply.describe_repeated_blocks(model),
@@ -457,6 +462,14 @@ def construction_site() -> str | None:
             lines.append(f"{Path(resolved).name}:{frame.f_lineno}")
         frame = frame.f_back
     return " < ".join(lines) or None
+
+
+def _unwrapped(model):
+    """The user's model inside torch.compile's and DDP's wrappers (a script written for torchrun wraps it)."""
+    model = getattr(model, "_orig_mod", model)
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        model = getattr(model.module, "_orig_mod", model.module)
+    return model
 
 
 def _channels_last(value):
