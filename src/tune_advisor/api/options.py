@@ -17,6 +17,7 @@ from ..script import flags
 # most plans end on their own well before it.
 DEFAULT_BUDGET_S = 10 * 60
 DEFAULT_PROBE_TIMEOUT_S = 120.0
+DEFAULT_MEMORY_MARGIN = "10%"  # of the memory capacity, kept free at the recommended batch
 
 
 def parse_duration(text: str | float | int | None) -> float | None:
@@ -41,11 +42,48 @@ def parse_bytes(text: str | int | None) -> int | None:
     return int(float(match.group(1)) * 1024**power)
 
 
+def parse_margin(text: str | float | int | None) -> float | int:
+    """--memory-margin: '10%', or a number below 1 ('0.1', as pyproject's `memory-margin = 0.1` arrives) -> a share
+    of the capacity (float); '4GiB' or a whole number of bytes -> bytes (int)."""
+    if text is None:
+        text = DEFAULT_MEMORY_MARGIN
+    if isinstance(text, str) and re.fullmatch(r"\s*0?\.\d+\s*", text):
+        text = float(text)
+    if isinstance(text, str) and text.strip().endswith("%"):
+        try:
+            share = float(text.strip()[:-1]) / 100
+        except ValueError:
+            share = -1.0
+    elif isinstance(text, float):
+        share = text
+    else:
+        try:
+            return parse_bytes(text)
+        except UsageError:
+            share = -1.0
+    if not 0 <= share < 1:
+        raise UsageError(f"--memory-margin {text}: expected a share of the memory from 0% to below 100% (e.g. 10%) "
+                         "or a size (e.g. 4GiB)")
+    return share
+
+
+def memory_headroom(max_memory: int | None, margin: float | int, gpu: dict | None) -> tuple[int | None, int]:
+    """(the memory capacity a recommended batch is judged against, the bytes `margin` keeps free of it): the
+    explicit --max-memory, else the GPU's memory (`environment.gpu`); (None, 0) on a CPU without --max-memory,
+    whose default budget (80% of the memory available) already leaves room."""
+    capacity = max_memory or (gpu or {}).get("memory_total_bytes")
+    if not capacity:
+        return None, 0
+    return capacity, int(margin * capacity) if isinstance(margin, float) else min(margin, capacity)
+
+
 @dataclass(frozen=True)
 class AnalyzeOptions:
     """Every option of `analyze`, checked when made (UsageError, before any probe runs) and normalised: `budget`
     and `probe_timeout` accept '5m', '90s' or seconds and hold seconds (budget None: no limit); `max_memory`
-    accepts '8GiB' or bytes and holds bytes; `out` holds a Path, `protocol` a Protocol (None: the default), and
+    accepts '8GiB' or bytes and holds bytes; `memory_margin` accepts '10%' or '4GiB' and holds a share (float) or
+    bytes (int), what a recommended batch must leave free of the capacity (--max-memory, else the GPU's memory:
+    `margin_bytes`); `out` holds a Path, `protocol` a Protocol (None: the default), and
     sequences tuples.
 
     `out`: the output folder (default tune-advisor-report/<stem>). `device`: auto, cpu, cuda or cuda:N.
@@ -66,6 +104,7 @@ class AnalyzeOptions:
     budget: float | str | None = DEFAULT_BUDGET_S
     probe_timeout: float | str = DEFAULT_PROBE_TIMEOUT_S
     max_memory: int | str | None = None
+    memory_margin: float | int | str = DEFAULT_MEMORY_MARGIN
     protocol: Protocol | None = field(default_factory=Protocol)
     seed: int = 0
     strategy: str = "adaptive"
@@ -102,7 +141,8 @@ class AnalyzeOptions:
             raise UsageError(f"--cost-per-hour {self.cost_per_hour}: expected what an hour of this machine costs, "
                              "above 0 (e.g. 2.50)")
         normal = {"budget": parse_duration(self.budget), "probe_timeout": parse_duration(self.probe_timeout),
-                  "max_memory": parse_bytes(self.max_memory), "out": None if self.out is None else Path(self.out),
+                  "max_memory": parse_bytes(self.max_memory), "memory_margin": parse_margin(self.memory_margin),
+                  "out": None if self.out is None else Path(self.out),
                   "protocol": self.protocol or Protocol(),
                   "maps": self.maps if _parsed(self.maps) else flags.parse_maps(self.maps),
                   "script_args": tuple(self.script_args or ()),

@@ -16,7 +16,8 @@ else:  # pragma: no cover - Python 3.10
 # Options that may come from pyproject, and the commands that take them.
 CONFIGURABLE = {
     "device": ("analyze", "probe"), "budget": ("analyze",), "probe_timeout": ("analyze", "probe"),
-    "max_memory": ("analyze",), "min_time": ("analyze", "probe"), "min_steps": ("analyze", "probe"),
+    "max_memory": ("analyze",), "memory_margin": ("analyze",), "min_time": ("analyze", "probe"),
+    "min_steps": ("analyze", "probe"),
     "warmup": ("analyze", "probe"), "seed": ("analyze",), "out": ("analyze",), "strategy": ("analyze",),
     "select": ("analyze", "rules", "report"), "ignore": ("analyze", "rules", "report"),
     # The CI gate: its checks, its baseline file, and rounds for both sides of the comparison.

@@ -87,5 +87,23 @@ def footprint(peak_memory_bytes: int | None, memory: dict[str, Any]) -> int:
     return max(peak_memory_bytes or 0, memory.get("cuda_max_reserved_bytes") or 0)
 
 
+def judged_peak(peak_memory_bytes: int | None, memory: dict[str, Any], extra: dict[str, Any],
+                longest: dict[str, Any] | None) -> tuple[float, str | None]:
+    """(the peak that decides whether a batch fits, how it was carried to the longest item or None).
+
+    The `footprint` (on a CPU the process's peak, as no allocator statistic is recorded there), scaled to the
+    dataset's longest item (`longest`: probe.evidence.longest_item) where the probe's batches never held an input
+    that long (`extra.largest_input`: the largest per-sample input of its measured steps, padded as the collator
+    pads). The scale is linear in the input's size: an upper-ish guess for activations, which grow about linearly
+    with a sequence's length, while it over-states the fixed part (weights, optimizer state) and under-states an
+    attention that materialises its score matrix (quadratic in the length; fused SDPA kernels keep it linear)."""
+    peak = footprint(peak_memory_bytes, memory)
+    seen, size = extra.get("largest_input"), (longest or {}).get("size")
+    if not (peak and seen and size and size > seen):
+        return float(peak), None
+    return peak * size / seen, (f"scaled {size / seen:.2f}x from the longest input its steps held ({seen:,} "
+                                f"elements a sample) to the dataset's longest item ({size:,})")
+
+
 if __name__ == "__main__":  # in_fresh_process: one line of JSON, [bytes or null, how]
     print(json.dumps(context_bytes(sys.argv[1] if len(sys.argv) > 1 else "cuda")))

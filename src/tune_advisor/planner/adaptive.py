@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import knobs
+from ..collectors import cuda_memory
+from ..fmt import fmt_bytes
 from ..probe.result import ProbeResult
-from .base import PlanContext, Planner
+from .base import Outcome, PlanContext, Planner
 from . import compare, pairing
 from .compare import DUEL_FROM, LOADER_DUEL_FROM
 from .keep import MIN_GAIN, without
@@ -488,9 +490,12 @@ class AdaptivePlanner(Planner):
             result = s.measure(settings, f"ladder:{name}", best)
             steps.append(f"{value} ({result.status.value})")
             if not self._usable(result):
+                cause = self._failure(result)
                 if name == "batch_size":
-                    self._set_frontier(previous, value, self._failure(result), best is previous, previous_gain)
-                self.notes.append(f"{name} ladder stopped at {name}={value}: {self._failure(result)}")
+                    self._set_frontier(previous, value, cause, best is previous, previous_gain)
+                margin = self._inside_margin(result) if result.ok else None
+                self.notes.append(f"{name}={value} {margin}: {name}={best.settings[name]} kept instead" if margin
+                                  else f"{name} ladder stopped at {name}={value}: {cause}")
                 flat = None
                 break
             if name == "batch_size":
@@ -654,16 +659,76 @@ class AdaptivePlanner(Planner):
 
     # --- memory ---------------------------------------------------------------------------------------------------
 
+    def outcome(self, base: ProbeResult, recommended: ProbeResult, speedup: dict[str, Any] | None) -> Outcome:
+        """The Outcome, its notes saying whether the memory judged covers the dataset's longest item."""
+        note = self._coverage_note(recommended)
+        if note:
+            self.notes.append(note)
+        return super().outcome(base, recommended, speedup)
+
+    def _coverage_note(self, recommended: ProbeResult) -> str | None:
+        """Where the memory is judged against a capacity and the recommended batches varied in size: whether the
+        judgement covers the dataset's longest item, and how far it is known (`probe.evidence.longest_item`)."""
+        if not self.ctx.memory_capacity_bytes or recommended.extra.get("input_shapes_static") is not False:
+            return None
+        longest = (self.ctx.workload.extra or {}).get("longest_item")
+        if not longest:
+            return ("the batches' input sizes varied and the dataset's longest item is not known (no length, or "
+                    "items without a size): the memory left free covers only the batches measured")
+        seen, size = recommended.extra.get("largest_input") or 0, longest["size"]
+        read = ("" if longest["scanned"] >= longest["items"] else
+                f" (the longest of {longest['scanned']:,} of its {longest['items']:,} items, read at random)")
+        if not seen:  # a framework's own loop, or a batch without a tensor: no input size recorded
+            return (f"the dataset's longest item has {size:,} elements{read}, and the batches measured recorded no "
+                    "input size: the memory left free covers only the batches measured")
+        if seen >= size:
+            return f"the memory judged covers the dataset's longest item, {size:,} elements{read}: its batches held it"
+        return (f"the batches measured held inputs of at most {seen:,} elements a sample, the dataset's longest "
+                f"item {size:,}{read}: the peaks were scaled to it in proportion (an upper-ish guess for "
+                "activations)")
+
     def _usable(self, result: ProbeResult) -> bool:
-        """Finished, and within the memory budget (a run past the budget is not recommendable)."""
+        """Finished, within the memory budget and leaving --memory-margin free (`_over_memory`: a run past either
+        is not recommendable), and its loss unchanged (`changes_loss`)."""
+        return result.ok and self._over_memory(result) is None and not self.changes_loss(result)
+
+    def _judged_peak(self, result: ProbeResult) -> tuple[float, str]:
+        """(the peak that decides whether `result`'s batch fits, how it was carried to the dataset's longest item
+        as ' (...)' or ''): `cuda_memory.judged_peak`, on a GPU the allocator's reserved peak."""
+        longest = (self.ctx.workload.extra or {}).get("longest_item")
+        peak, scaled = cuda_memory.judged_peak(result.peak_memory_bytes, result.memory, result.extra, longest)
+        return peak, f" ({scaled})" if scaled else ""
+
+    def _over_memory(self, result: ProbeResult) -> str | None:
+        """Why `result`'s settings are not recommendable for their memory (its judged peak over the memory budget,
+        or inside the margin: `_inside_margin`); None where they fit."""
         budget = self.ctx.memory_budget_bytes
-        return (result.ok and not (budget and (result.peak_memory_bytes or 0) > budget)
-                and not self.changes_loss(result))
+        peak, how = self._judged_peak(result)
+        if budget and peak > budget:
+            return f"peak memory {peak / 2**30:.2f} GiB{how} is over the memory budget of {budget / 2**30:.2f} GiB"
+        return self._inside_margin(result)
+
+    def _inside_margin(self, result: ProbeResult) -> str | None:
+        """Why `result`'s peak leaves less than --memory-margin of the capacity free (a run that close to the limit
+        fails later, on a longer input, in evaluation or after fragmentation); None where it leaves enough, or
+        where no capacity is known (a CPU without --max-memory)."""
+        capacity, margin = self.ctx.memory_capacity_bytes, self.ctx.memory_margin_bytes
+        peak, how = self._judged_peak(result)
+        if not (capacity and margin) or peak <= capacity - margin:
+            return None
+        if peak > capacity:
+            return f"peaked at {fmt_bytes(int(peak), 1)}{how}, over the {fmt_bytes(capacity, 1)} of memory"
+        return (f"peaked at {fmt_bytes(int(peak), 1)}{how} of {fmt_bytes(capacity, 1)}, inside the "
+                f"{self._margin_text()} margin")
+
+    def _margin_text(self) -> str:
+        """The margin: its share of the capacity and its size."""
+        capacity, margin = self.ctx.memory_capacity_bytes, self.ctx.memory_margin_bytes
+        return f"{margin / capacity:.0%} ({fmt_bytes(margin, 1)})"
 
     def _failure(self, result: ProbeResult) -> str:
         if result.ok:
-            return (f"peak memory {result.peak_memory_bytes / 2**30:.2f} GiB is over the memory budget of "
-                    f"{self.ctx.memory_budget_bytes / 2**30:.2f} GiB")
+            return self._over_memory(result) or self.changes_loss(result) or "not recommendable"
         status = result.status.value
         if result.error and result.error.startswith(f"{status}:"):  # a budget stop's error says "stopped: ..."
             return result.error
@@ -681,11 +746,22 @@ class AdaptivePlanner(Planner):
 
     def _predicted_over_budget(self, settings: dict[str, Any]) -> str | None:
         """Why this batch would not fit, when a straight line through the measured peaks (same settings, other batch
-        sizes) puts it over the memory budget: then it is not run."""
-        budget = self.ctx.memory_budget_bytes
-        predicted = pairing.extrapolated_peak(self.session.ledger.probes, settings) if budget else None
-        if predicted is None or predicted <= budget:
+        sizes; on a GPU the allocator's reserved peaks) puts it over the memory budget, or inside --memory-margin:
+        then it is not run."""
+        ctx = self.ctx
+        budget, capacity, margin = ctx.memory_budget_bytes, ctx.memory_capacity_bytes, ctx.memory_margin_bytes
+        limited = budget or (capacity and margin)
+        predicted = pairing.extrapolated_peak(self.session.ledger.probes, settings) if limited else None
+        if predicted is None:
             return None
-        return (f"predicted peak memory {predicted / 2**30:.2f} GiB is over the memory budget of "
-                f"{budget / 2**30:.2f} GiB")
+        if budget and predicted > budget:
+            return (f"predicted peak memory {predicted / 2**30:.2f} GiB is over the memory budget of "
+                    f"{budget / 2**30:.2f} GiB")
+        if capacity and margin and predicted > capacity:
+            return (f"predicted peak memory {fmt_bytes(int(predicted), 1)} is over the {fmt_bytes(capacity, 1)} "
+                    "of memory")
+        if capacity and margin and predicted > capacity - margin:
+            return (f"predicted peak memory {fmt_bytes(int(predicted), 1)} of {fmt_bytes(capacity, 1)} is inside "
+                    f"the {self._margin_text()} margin")
+        return None
 

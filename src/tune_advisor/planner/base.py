@@ -21,6 +21,10 @@ class PlanContext:
     workload: knobs.WorkloadFacts
     device: knobs.DeviceFacts
     memory_budget_bytes: int | None = None
+    # What --memory-margin is kept free of (--max-memory, else the GPU's memory; None: no margin, a CPU without
+    # --max-memory), and the margin: a batch whose peak leaves less free is not recommended (adaptive._over_memory)
+    memory_capacity_bytes: int | None = None
+    memory_margin_bytes: int = 0
     explore: tuple[str, ...] | None = None  # --knobs: the only knobs the adaptive planner explores; None: all
 
 

@@ -5,8 +5,11 @@ Runs only inside the child (torch is imported there anyway)."""
 
 from __future__ import annotations
 
+import math
 import os
+import random
 import resource
+import time
 from typing import Any, Callable
 
 import psutil
@@ -30,6 +33,7 @@ class StepSeries:
         self.raw, self.count_items = raw, count_items
         self.epoch_starts: list[int] = []  # indices of measured steps whose batch began a new epoch
         self.sample_shapes: set = set()
+        self.largest_input: int | None = None  # the most elements one sample of a batch held (padding included)
 
     def add(self, step: int, t0: float, t1: float, t2: float, t3: float, host_batch, loss: float,
             new_epoch: bool) -> None:
@@ -46,7 +50,10 @@ class StepSeries:
         raw["loss_step"].append(step)
         if new_epoch:
             self.epoch_starts.append(len(raw["step_s"]) - 1)
-        self.sample_shapes.add(sample_shape(host_batch))
+        shape = sample_shape(host_batch)
+        self.sample_shapes.add(shape)
+        if shape is not None:
+            self.largest_input = max(self.largest_input or 0, math.prod(shape))
 
     def non_finite_loss(self, step: int) -> None:
         """The loss of global step `step` was NaN or infinite (a warm-up step's too): kept as null, JSON has no NaN."""
@@ -185,6 +192,60 @@ class CompileStats:
             "unsupported": sorted({str(k).strip().splitlines()[0][:200]
                                    for k in self.counters["unimplemented"]})[:5],
         }
+
+
+LONGEST_SCAN_S = 1.0  # what scanning the dataset's item sizes may take of the inspection
+FIXED_AFTER = 64  # items read at random that all have one size: the dataset's items are taken to be fixed in size
+
+
+def item_size(item: Any) -> int | None:
+    """How large one dataset item is, as `sample_shape` measures a collated batch's sample: its first tensor's
+    element count, or the length of its first list of numbers (text tokenised, not yet collated); None where it
+    holds neither."""
+    if isinstance(item, torch.Tensor):
+        return item.numel()
+    if isinstance(item, (list, tuple)) and item and all(isinstance(x, (int, float)) for x in item):
+        return len(item)
+    values = item.values() if isinstance(item, dict) else item if isinstance(item, (list, tuple)) else ()
+    for value in values:
+        found = item_size(value)
+        if found is not None:
+            return found
+    return None
+
+
+def longest_item(dataset: Any, limit_s: float = LONGEST_SCAN_S,
+                 clock: Callable[[], float] = time.monotonic) -> dict[str, Any] | None:
+    """The dataset's longest item (`item_size`), read in a seeded random order for at most `limit_s` (a dataset
+    read from storage does not scan in a second, so a partial scan covers its whole range, not only its start):
+    {size, index, scanned, items, fixed}. `fixed`: the first FIXED_AFTER items read all had one size, and the scan
+    stopped there. None without a length or indexing (an IterableDataset), or where an item has no size."""
+    try:
+        n = len(dataset)
+    except Exception:  # an IterableDataset usually has none
+        return None
+    if n <= 0 or not hasattr(dataset, "__getitem__") or isinstance(dataset, torch.utils.data.IterableDataset):
+        return None
+    rng, started = random.Random(0), clock()
+    order = rng.sample(range(n), n) if n <= 100_000 else (rng.randrange(n) for _ in range(n))
+    size, index, scanned, sizes = 0, None, 0, set()
+    for i in order:
+        try:
+            found = item_size(dataset[i])
+        except Exception:  # the dataset's own failure shows where the probes read it
+            break
+        if found is None:
+            return None
+        scanned += 1
+        sizes.add(found)
+        if found > size:
+            size, index = found, i
+        if (scanned == FIXED_AFTER and len(sizes) == 1) or clock() - started > limit_s:
+            break
+    if not scanned:
+        return None
+    return {"size": size, "index": index, "scanned": scanned, "items": n,
+            "fixed": scanned < n and len(sizes) == 1 and scanned == FIXED_AFTER}
 
 
 def memory_peaks(device: str) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from .. import workload as wl_mod
 from ..errors import WorkloadError
-from . import apply
+from . import apply, evidence
 from .spec import ProbeSpec
 from .training import build_optimizer
 
@@ -29,6 +29,8 @@ def _inspect(spec: ProbeSpec, phase: Callable[[str], None]) -> dict[str, Any]:
     shown = spec.workload
     model, dataset = _build(wl, shown, phase)
     facts = _facts(model, dataset)
+    phase("reading the dataset's item sizes")
+    facts["extra"] = {"longest_item": evidence.longest_item(dataset)}  # what the memory peaks must cover
     batch = _first_batch(wl, dataset, shown, phase)
     facts["batch_kind"] = wl_mod.batch_kind(batch)
     if wl.compute_loss is None and facts["batch_kind"] not in ("dict", "pair"):

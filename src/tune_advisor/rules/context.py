@@ -12,7 +12,8 @@ from typing import Any, Iterable
 
 from .. import consistency, knobs
 from ..analysis import parity, stats
-from ..collectors.cuda_memory import footprint
+from ..collectors.cuda_memory import footprint, judged_peak
+from ..fmt import fmt_bytes
 from ..planner.keep import MIN_GAIN as SIGNIFICANT_GAIN  # the planner's bar: rules judge gains the same way
 
 
@@ -296,6 +297,28 @@ class Context:
         if not self.cuda and self.environment.get("memory_total_bytes"):
             return int(self.environment["memory_total_bytes"]), "the machine's memory"
         return None
+
+    def judged_peak(self, config: Config) -> tuple[float | None, str | None]:
+        """(`config`'s peak carried to the dataset's longest item where its probes' batches held none that long,
+        how it was carried or None): `cuda_memory.judged_peak` over its pooled probes, the largest; on CUDA the
+        allocator's reserved peak. (None, None) without a peak."""
+        longest = (self.facts.get("extra") or {}).get("longest_item")
+        found = [judged_peak(p.get("peak_memory_bytes"), p.get("memory") or {}, p.get("extra") or {}, longest)
+                 for p in config.probes]
+        peak, how = max(found, key=lambda f: f[0], default=(0.0, None))
+        return (peak, how) if peak else (None, None)
+
+    def memory_left(self, config: Config) -> str | None:
+        """What `config`'s judged peak (`judged_peak`) leaves free of the memory capacity, as a finding says it
+        ('leaves 41.3 GiB (30%) free at batch_size=256'); None where either is unknown."""
+        capacity, (peak, _) = self.memory_capacity(), self.judged_peak(config)
+        if capacity is None or peak is None:
+            return None
+        left = capacity[0] - peak
+        text = (f"leaves {fmt_bytes(int(left), digits=1)} ({left / capacity[0]:.0%}) free at "
+                f"batch_size={config['batch_size']}" if left > 0 else
+                f"leaves nothing free at batch_size={config['batch_size']}")
+        return text
 
     def subjects(self) -> list[Config]:
         """The configs a user runs: the baseline and the recommended one (each once)."""

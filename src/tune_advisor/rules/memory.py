@@ -32,23 +32,27 @@ def memory_headroom_unused(ctx: Context) -> Finding | None:
         Capacity: `budget.memory_budget_bytes` when the run had a memory budget, else on CUDA
         `environment.gpu.memory_total_bytes`, else `environment.memory_total_bytes`; silent when none is
         recorded. Peak: the largest `peak_memory_bytes` (on CUDA also `memory.cuda_max_reserved_bytes`) of the
-        recommended probes. The gain is estimated as the measured gain of the last step up the batch ladder per
-        doubling (its geometric share, where that step was larger), labelled so: returns usually diminish, so
-        it is an upper guess.
+        recommended probes, scaled to the dataset's longest item where their batches held none that long
+        (`workload.facts.extra.longest_item` against each probe's `extra.largest_input`, linearly: an upper-ish
+        guess for activations); the message says what it leaves free. The gain is estimated as the measured
+        gain of the last step up the batch ladder per doubling (its geometric share, where that step was
+        larger), labelled so: returns usually diminish, so it is an upper guess.
 
     Fix:
         Try `batch_size` twice as large (`tune-advisor analyze` with a larger `SEARCH["batch_size"]`), and scale
         the learning rate (TA703).
 
     Example:
-        `the recommended settings peak at 537.5 MiB of 40.0 GiB (1%) and throughput still rose 1.18x [1.12, 1.22]
-        from batch_size 32 to 64: larger batches fit and were not tried`
+        `the recommended settings peak at 537.5 MiB of 40.0 GiB (1%), which leaves 39.5 GiB (99%) free at
+        batch_size=64, and throughput still rose 1.18x [1.12, 1.22] from batch_size 32 to 64: larger batches fit
+        and were not tried`
     """
     subject, capacity = ctx.recommended or ctx.baseline, ctx.memory_capacity()
     if subject is None or capacity is None or not subject.peak_memory:
         return None
     limit, source = capacity
-    if subject.peak_memory >= HEADROOM * limit:
+    judged, _ = ctx.judged_peak(subject)
+    if judged >= HEADROOM * limit:
         return None
     ladder = ctx.series(subject, "batch_size")
     batch = subject["batch_size"]
@@ -65,11 +69,13 @@ def memory_headroom_unused(ctx: Context) -> Finding | None:
     doublings = max(1.0, math.log2(batch / previous["batch_size"]))
     per_doubling = climb.median ** (1 / doublings)
     step = "" if doublings == 1 else f" ({per_doubling:.2f}x a doubling)"
-    message = (f"the recommended settings peak at {_peak_text(subject)} of {fmt_bytes(limit, digits=1)} "
-               f"({subject.peak_memory / limit:.0%}) and throughput still rose {climb.text()} from batch_size "
+    message = (f"the recommended settings peak at {_peak_text(ctx, subject)} of {fmt_bytes(limit, digits=1)} "
+               f"({judged / limit:.0%}), which {ctx.memory_left(subject)}, and throughput still rose "
+               f"{climb.text()} from batch_size "
                f"{previous['batch_size']} to {batch}{step}: larger batches fit and were not tried")
     evidence = {"peak_memory_bytes": subject.peak_memory, "capacity_bytes": limit, "capacity_source": source,
-                "batch_size": batch, "previous_batch_size": previous["batch_size"],
+                "judged_peak_bytes": int(judged), "batch_size": batch,
+                "previous_batch_size": previous["batch_size"],
                 "last_step_speedup": climb.median, "per_doubling_speedup": per_doubling}
     basis = (f"the next batch doubling gaining as much as the last step did per doubling ({climb.text()} from "
              f"{previous['batch_size']} to {batch})")
@@ -80,14 +86,18 @@ def memory_headroom_unused(ctx: Context) -> Finding | None:
     return Finding(message, evidence, fix, snippet, gain, previous.ids + subject.ids)
 
 
-def _peak_text(subject) -> str:
+def _peak_text(ctx: Context, subject) -> str:
     """A peak as a finding states it. The report's cards and tables show a probe's allocated peak; where the CUDA
     allocator reserved more (the figure that counts against the GPU's memory), the finding names both, so one
-    setting does not read at two unexplained peaks (an H200 cnn: a card's 409.75 MiB beside TA301's 458.0)."""
+    setting does not read at two unexplained peaks (an H200 cnn: a card's 409.75 MiB beside TA301's 458.0); and
+    where it was scaled to the dataset's longest item (`Context.judged_peak`), how and to what."""
     allocated = subject.allocated_peak
     text = fmt_bytes(subject.peak_memory, digits=1)
     if allocated and subject.peak_memory > allocated:
         text += f" reserved by the CUDA allocator ({fmt_bytes(allocated, digits=1)} allocated)"
+    judged, how = ctx.judged_peak(subject)
+    if how:
+        text += f", {fmt_bytes(int(judged), digits=1)} {how}"
     return text
 
 
@@ -111,30 +121,34 @@ def near_memory_limit(ctx: Context) -> Finding | None:
 
     How it is measured:
         Peak: the largest `peak_memory_bytes` (CUDA: also `memory.cuda_max_reserved_bytes`) of the probes with
-        those settings. Capacity as in TA301 (`budget.memory_budget_bytes`, `environment.gpu.memory_total_bytes`
-        or `environment.memory_total_bytes`); silent when none is recorded. No speed gain is claimed.
+        those settings, scaled to the dataset's longest item as in TA301 where their batches held none that long;
+        the message says what it leaves free at their batch size. Capacity as in TA301
+        (`budget.memory_budget_bytes`, `environment.gpu.memory_total_bytes` or `environment.memory_total_bytes`);
+        silent when none is recorded. No speed gain is claimed.
 
     Fix:
         Leave headroom: enable a memory-saving knob that applies and is off — AMP (activations in 16 bits) or
         gradient checkpointing of repeated blocks — or lower `batch_size` and accumulate gradients.
 
     Example:
-        `the recommended settings peak at 6.1 GiB, 93% of 6.6 GiB: little room for longer inputs or
-        fragmentation`
+        `the recommended settings peak at 6.1 GiB, 93% of 6.6 GiB, which leaves 0.5 GiB (7%) free at
+        batch_size=64: little room for longer inputs or fragmentation`
     """
     capacity = ctx.memory_capacity()
     if capacity is None:
         return None
     limit, source = capacity
     for subject in reversed(ctx.subjects()):
-        peak = subject.peak_memory
+        peak, _ = ctx.judged_peak(subject)
         if not peak or peak < NEAR_LIMIT * limit:
             continue
         which = "recommended" if subject is ctx.recommended and subject is not ctx.baseline else "baseline"
-        message = (f"the {which} settings peak at {_peak_text(subject)}, {peak / limit:.0%} of "
-                   f"{fmt_bytes(limit, digits=1)}: little room for longer inputs or fragmentation")
+        message = (f"the {which} settings peak at {_peak_text(ctx, subject)}, {peak / limit:.0%} of "
+                   f"{fmt_bytes(limit, digits=1)}, which {ctx.memory_left(subject)}: little room for longer inputs "
+                   "or fragmentation")
         fix, snippet = _memory_fix(ctx, subject.settings)
-        evidence = {"peak_memory_bytes": peak, "capacity_bytes": limit, "capacity_source": source}
+        evidence = {"peak_memory_bytes": subject.peak_memory, "judged_peak_bytes": int(peak),
+                    "capacity_bytes": limit, "capacity_source": source}
         return Finding(message, evidence, fix, snippet, Gain.estimated(None, "a safety margin, not a speed-up"),
                        subject.ids)
     return None
