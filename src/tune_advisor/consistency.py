@@ -5,11 +5,12 @@ batch size or worker count where it advises on that knob or advises nothing (a n
 TA703's batch advice, is no contradiction), and a next step called untried was not measured by any probe; TA504 may not advise against a compile mode the recommendation
 holds; TA702/TA704 may not question a numeric knob the recommendation changed; an `ok` probe has a throughput; a
 speedup is stated only for a recommendation that changes something; the baseline's and the recommendation's
-figures stand in the ratio of the speedup.
+figures stand in the ratio of the speedup, and the energy figures in the ratio they state.
 
 One figure per comparison: `kept_contribution` is the figure a kept change is quoted with everywhere (the rules'
 findings and the report's staircase both read it), and `shown_contradictions` checks a rendered report.html for two
-different figures for one comparison (the figures the HTML marks with `data-change` and `data-speedup`).
+different figures for one comparison (the figures the HTML marks with `data-change` and `data-speedup`), or two
+different energy figures (`data-energy`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ ADVICE_AGAINST_COMPILE = re.compile(r"did not train faster|leave it off")
 FIGURES_TOLERANCE = 0.01  # the figures are worked out on one level (planner/figures.py): only rounding may differ
 # A figure a report shows: <... data-change="amp=bf16" data-speedup="2.13"> (the change, or "recommended")
 _SHOWN = re.compile(r'data-change="([^"]*)"\s+data-speedup="([0-9.]+)"')
+# The energy per item a report shows, baseline's and recommendation's joules: <... data-energy="0.0312 0.0253">
+_SHOWN_ENERGY = re.compile(r'data-energy="([^"]*)"')
 # A value a finding's code writes for a knob: DataLoader(..., batch_size=32, num_workers=4)
 _CODE_VALUE = {knob: re.compile(rf"\b{knob}=(\d+)") for knob in ("num_workers", "batch_size")}
 
@@ -65,10 +68,22 @@ def contradictions(document: dict[str, Any]) -> list[str]:
     if changed and ratio is not None and isinstance(speedup, (int, float)) and speedup > 0 \
             and abs(ratio / speedup - 1) > FIGURES_TOLERANCE:
         found.append(f"the figures read {ratio:.2f}x the baseline's throughput, the speedup reads {speedup:.2f}x")
+    found += _energy_contradictions((document.get("figures") or {}).get("energy") or {})
     for p in document.get("probes") or []:
         if p.get("status") == "ok" and not (p.get("throughput") or {}).get("median"):
             found.append(f"probe {p.get('id')} is 'ok' without a throughput")
     return found
+
+
+def _energy_contradictions(energy: dict[str, Any]) -> list[str]:
+    """The energy figures' ratio against their two medians (figures.energy)."""
+    base, rec = ((energy.get(side) or {}).get("median") for side in ("baseline", "recommended"))
+    ratio = energy.get("ratio")
+    if all(isinstance(x, (int, float)) and x > 0 for x in (base, rec, ratio)) \
+            and abs(ratio / (rec / base) - 1) > FIGURES_TOLERANCE:
+        return [f"the energy figures read {rec / base:.2f}x the baseline's energy per item, their ratio reads "
+                f"{ratio:.2f}x"]
+    return []
 
 
 def _figures_ratio(figures: dict[str, Any]) -> float | None:
@@ -94,9 +109,14 @@ def kept_contribution(document: dict[str, Any], knob: str, value: Any) -> dict[s
 
 def shown_contradictions(page: str) -> list[str]:
     """One line per comparison a rendered report shows with two different figures (each figure as rounded for
-    display, to two decimals): the verdict and the staircase's total, a finding and the staircase's stair."""
+    display, to two decimals): the verdict and the staircase's total, a finding and the staircase's stair; and
+    where the energy per item is shown twice with different figures (the verdict, its card, how it was measured)."""
     shown: dict[str, set[str]] = {}
     for change, figure in _SHOWN.findall(page):
         shown.setdefault(change, set()).add(f"{float(figure):.2f}")
-    return [f"{change} is shown as {' and '.join(sorted(figures, key=float))}x"
-            for change, figures in shown.items() if len(figures) > 1]
+    found = [f"{change} is shown as {' and '.join(sorted(figures, key=float))}x"
+             for change, figures in shown.items() if len(figures) > 1]
+    energy = sorted(set(_SHOWN_ENERGY.findall(page)))
+    if len(energy) > 1:
+        found.append(f"the energy per item is shown as {' and '.join(energy)} J (baseline, recommended)")
+    return found

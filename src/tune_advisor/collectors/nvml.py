@@ -1,4 +1,5 @@
-"""NVML samples of the probe's GPU during the measured steps: utilisation, memory, power, clocks, throttling.
+"""NVML samples of the probe's GPU during the measured steps: utilisation, memory, power, clocks, throttling; and
+its energy counter read at the measured window's start and end (joules over the window, per item).
 
 Runs as a thread inside the probe child (NVML reads the device the child uses, whatever CUDA_VISIBLE_DEVICES
 says). It sleeps between samples and each NVML call releases the GIL, so the timed steps do not notice it.
@@ -136,8 +137,49 @@ def device_handle(nvml: Any, device: str, identity: dict[str, str] | None = None
     return nvml.nvmlDeviceGetHandleByIndex(index), how
 
 
+def read_energy_mj(nvml: Any, handle: Any) -> tuple[int | None, str | None]:
+    """The GPU's energy counter: (millijoules since the driver loaded, None), or (None, why there is none). Volta
+    and later GPUs keep one; older ones raise NVMLError_NotSupported."""
+    call = getattr(nvml, "nvmlDeviceGetTotalEnergyConsumption", None)
+    if call is None:
+        return None, "absent: this pynvml has no nvmlDeviceGetTotalEnergyConsumption"
+    try:
+        return int(call(handle)), None
+    except Exception as exc:
+        text = _error_text(exc)
+        if "not supported" in text.lower():
+            return None, f"absent: this GPU keeps no energy counter ({text}: Volta and later do)"
+        return None, f"absent: NVML's energy counter could not be read ({text})"
+
+
+def window_energy(start_mj: int | None, end_mj: int | None, items: float, seconds: float | None,
+                  why: str | None = None) -> dict[str, Any]:
+    """The probe's `gpu.energy`: what the GPU's energy counter rose by between the measured window's start and end
+    (`start_mj`, `end_mj`), in joules and joules per item; or, with every figure null, why it is absent (`why`,
+    a counter that went back or did not move)."""
+    out: dict[str, Any] = {"status": "ok", "joules": None, "joules_per_item": None, "items": items,
+                           "window_s": seconds}
+    if why is None and (start_mj is None or end_mj is None):
+        why = "absent: the energy counter was not read at both ends of the measured window"
+    elif why is None and end_mj < start_mj:  # the counter only rises: the driver reloaded (or, in theory, it wrapped)
+        why = (f"absent: the energy counter went back over the measured window ({start_mj} to {end_mj} mJ: the "
+               "driver reloaded or the counter wrapped)")
+    elif why is None and end_mj == start_mj:
+        window = f"{seconds:.3g} s " if seconds is not None else ""
+        why = (f"absent: the energy counter did not move over the measured window ({window}shorter than the "
+               "interval at which the GPU updates it)")
+    elif why is None and not items > 0:
+        why = "absent: the measured window counted no items"
+    if why is not None:
+        return {**out, "status": why}
+    joules = (end_mj - start_mj) / 1000
+    return {**out, "joules": joules, "joules_per_item": joules / items}
+
+
 class NvmlSampler:
-    """Samples one GPU at ~15 Hz between start() and stop(); result() is the probe's `gpu` summary or None."""
+    """Samples one GPU at ~15 Hz between start() and stop(); result() is the probe's `gpu` summary or None.
+    `mark_energy()` reads the GPU's energy counter (the measured window calls it at its start and end) and
+    `energy()` is what the counter rose by between the two."""
 
     def __init__(self, device: str = "cuda", interval_s: float = INTERVAL_S, nvml: Any = None,
                  identity: dict[str, str] | None = None):
@@ -153,6 +195,8 @@ class NvmlSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._t0 = 0.0
+        self.energy_mj: list[int | None] = []  # the energy counter at each mark_energy()
+        self._energy_why: str | None = None  # the first reason a read gave none
 
     def start(self) -> None:
         if not self.device.startswith("cuda"):
@@ -198,6 +242,24 @@ class NvmlSampler:
                 self.status = f"error: NVML failed after {len(self.samples)} samples ({_error_text(exc)})"
                 return
             self._stop.wait(self.interval_s)
+
+    def mark_energy(self) -> None:
+        """Read the GPU's energy counter now, from the caller's thread (NVML is thread-safe): the measured window
+        calls it where it reads its clock, so energy and time cover the same steps. Before start() or after stop()
+        there is no NVML to read (None, with the sampler's status as the reason)."""
+        if self._nvml is None or self._handle is None:
+            value, why = None, f"absent: no NVML device to read ({self.status})"
+        else:
+            value, why = read_energy_mj(self._nvml, self._handle)
+        self.energy_mj.append(value)
+        self._energy_why = self._energy_why or why
+
+    def energy(self, items: float, seconds: float | None, why: str | None = None) -> dict[str, Any]:
+        """The probe's `gpu.energy` between the first and the last mark_energy() over `items` items and `seconds`
+        (`window_energy`); `why`: a reason the caller knows the figure would mislead."""
+        marks = self.energy_mj
+        return window_energy(marks[0] if marks else None, marks[-1] if len(marks) > 1 else None, items, seconds,
+                             why or self._energy_why)
 
     def _read(self, name: str, call):
         """One NVML query; a metric this GPU does not support is dropped for the rest of the run."""

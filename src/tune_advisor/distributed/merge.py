@@ -2,8 +2,8 @@
 
 The job advances at the pace of its slowest rank (DDP's gradient all-reduce waits for every rank), so the merged
 raw lists take, step by step, the slowest rank's step time, data wait and copy time, and the sum of the ranks'
-items: job throughput = items of all ranks / job time. Each rank's own numbers stay under
-`extra.distributed.ranks`.
+items: job throughput = items of all ranks / job time; the job's GPU energy is the ranks' summed. Each rank's own
+numbers stay under `extra.distributed.ranks`.
 """
 
 from __future__ import annotations
@@ -43,6 +43,9 @@ def merge(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     merged = {key: first.get(key) for key in ("status", "error", "unit", "applied", "gpu")}
     if merged["gpu"] is not None:  # rank 0's GPU in full; every rank's own utilisation beside it
         merged["gpu"] = {**merged["gpu"], "ranks": [_rank_gpu(r.get("gpu")) for r in ranks]}
+        energy = job_energy(ranks)
+        if energy is not None:  # the job's: every rank's GPU, not rank 0's alone
+            merged["gpu"]["energy"] = energy
     merged["raw"] = raw
     merged["extra"] = dict(first.get("extra") or {})
     merged["extra"]["distributed"] = summary(ranks, raw)
@@ -55,7 +58,27 @@ def _rank_gpu(gpu: dict[str, Any] | None) -> dict[str, Any] | None:
     if not gpu:
         return None
     return {k: gpu.get(k) for k in ("util_mean", "util_p50", "memory_used_max_bytes", "memory_total_bytes",
-                                    "device_matched_by")}
+                                    "device_matched_by", "energy")}
+
+
+def job_energy(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The job's GPU energy over its measured window (`gpu.energy`): every rank's own GPU's counter summed, per item
+    of all the ranks' items, as the job's throughput counts them. Absent where any rank's is (naming the rank), or
+    where two ranks read one GPU (its counter would count twice); None where no rank read one."""
+    energies = [(r.get("gpu") or {}).get("energy") for r in ranks]
+    if all(e is None for e in energies):
+        return None
+    absent = {"joules": None, "joules_per_item": None, "items": None, "window_s": None}
+    for r, e in zip(ranks, energies):
+        if not e or e.get("status") != "ok":
+            why = (e or {}).get("status") or "no energy counter read"
+            return {**absent, "status": f"absent: rank {r['rank']['rank']}: {why.removeprefix('absent: ')}"}
+    gpus = [(r["rank"].get("host"), (r.get("gpu") or {}).get("device_matched_by")) for r in ranks]
+    if len(set(gpus)) < len(gpus):
+        return {**absent, "status": "absent: two ranks read one GPU's energy counter (it would count twice)"}
+    joules, items = sum(e["joules"] for e in energies), sum(e["items"] for e in energies)
+    return {"status": "ok", "joules": joules, "joules_per_item": joules / items if items > 0 else None,
+            "items": items, "window_s": max(e.get("window_s") or 0.0 for e in energies) or None}
 
 
 def summary(ranks: list[dict[str, Any]], job_raw: dict[str, list]) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""The throughputs a report prints for the baseline and the recommendation (results.json `figures`).
+"""The throughputs a report prints for the baseline and the recommendation (results.json `figures`), and their GPU
+energy per item where the probes read it (`energy`).
 
 Each is the best-founded estimate from all the measures of a run, with the kind of its interval said. They are
 worked out from the probes alone, so a saved run's figures can be worked out again from its results.json
@@ -8,6 +9,7 @@ worked out from the probes alone, so a saved run's figures can be worked out aga
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any
 
 from ..analysis import stats
@@ -199,6 +201,38 @@ def figures(probes: list[ProbeResult], base: dict[str, Any], rec: dict[str, Any]
                                f"{_drift_text(rec_drift, rec_own, between)}, widened by the speedup's CI"),
                   "runs": [p.id for p in pooled]}
     return {"baseline": base_figure, "recommended": rec_figure}
+
+
+def energy(probes: list[ProbeResult], base: dict[str, Any], rec: dict[str, Any],
+           unit: str = "samples/s") -> dict[str, Any] | None:
+    """The GPU's energy per item for the baseline's and the recommendation's settings (results.json
+    `figures.energy`): each the median over its runs whose measured window read the energy counter (runs alone:
+    a lockstep side's window leaves out its partner's turns, which the board's counter does not), and the
+    recommendation's over the baseline's where both have one. None where no run of either read it."""
+    sides: dict[str, Any] = {}
+    for side, settings in (("baseline", base), ("recommended", rec)):
+        read = [(p.id, e) for p in runs(probes, settings, paired=False)
+                if (e := joules_per_item(p)) is not None]
+        sides[side] = {"median": statistics.median(e for _, e in read), "runs": [i for i, _ in read]} if read else None
+    if sides["baseline"] is None and sides["recommended"] is None:
+        return None
+    both = sides["baseline"] is not None and sides["recommended"] is not None
+    ratio = sides["recommended"]["median"] / sides["baseline"]["median"] if both else None
+    return {"unit": f"J/{item_name(unit)}", **sides, "ratio": ratio}
+
+
+def joules_per_item(probe: ProbeResult) -> float | None:
+    """A probe's joules per item over its measured window (`gpu.energy`), or None where it has none."""
+    read = (probe.gpu or {}).get("energy") or {}
+    value = read.get("joules_per_item")
+    ok = read.get("status") == "ok" and isinstance(value, (int, float)) and value > 0 and math.isfinite(value)
+    return float(value) if ok else None
+
+
+def item_name(unit: str) -> str:
+    """One item of a throughput unit: "samples/s" -> "sample", "tokens/s" -> "token"."""
+    items = unit.split("/")[0].strip() or "samples"
+    return items[:-1] if items.endswith("s") and len(items) > 1 else items
 
 
 def as_float(x: Any) -> float:

@@ -2,9 +2,9 @@
 the framework adapters feed through workload.py) and script mode (script/driver.py, where the user's script drives).
 
 WarmUp says when the untimed steps are over; Window is the measured steps' clock and what is counted beside it (CPU
-time, the loader's fetches, the GPU's NVML samples); Measurement is what the window showed, and `record` writes it
-into the result (`extra`, `memory`, `gpu`). When to stop measuring is window.py's StopRule. Runs only inside the
-child (torch is imported there anyway).
+time, the loader's fetches, the GPU's NVML samples and energy counter); Measurement is what the window showed, and
+`record` writes it into the result (`extra`, `memory`, `gpu`, the window's energy in `gpu.energy`). When to stop
+measuring is window.py's StopRule. Runs only inside the child (torch is imported there anyway).
 """
 
 from __future__ import annotations
@@ -115,7 +115,8 @@ class Spent:
 class Window:
     """The measured steps' clock, opened when warm-up ends and closed after the last measured step, and what runs
     beside it: the process tree's CPU time, the training loader's fetches (`fetches()`: their running wall and CPU
-    seconds), and an NVML sampler (a sleeping thread; on the CPU or without NVML it notes why)."""
+    seconds), and an NVML sampler (a sleeping thread; on the CPU or without NVML it notes why), which reads the
+    GPU's energy counter where the clock opens and closes."""
 
     def __init__(self, device: str, fetches: Callable[[], tuple[float, float]]):
         self.device, self.fetches = device, fetches
@@ -129,6 +130,7 @@ class Window:
         self.process = psutil.Process()
         self.cpu_before = tree_cpu_seconds(self.process)
         self.fetch_before = self.fetches()
+        self.sampler.mark_energy()  # beside the clock's start: energy and time cover the same steps
         self.started = time.perf_counter() if at is None else at
 
     @property
@@ -144,6 +146,7 @@ class Window:
         if not self.opened or self.spent is not None:
             return
         wall = self.elapsed() if wall_s is None else wall_s
+        self.sampler.mark_energy()  # beside the clock's end
         fetch_wall, fetch_cpu = self.fetches()
         self.spent = Spent(wall, tree_cpu_seconds(self.process) - self.cpu_before,
                            fetch_wall - self.fetch_before[0], fetch_cpu - self.fetch_before[1])
@@ -202,3 +205,13 @@ def record(out: dict[str, Any], measured: Measurement, window: Window, warm: War
         extra["lockstep"] = lockstep_report
     out["memory"] = memory_peaks(window.device)
     out["gpu"] = window.sampler.result()
+    if out["gpu"] is not None:
+        out["gpu"]["energy"] = window_energy(window, sum(out["raw"].get("items") or []), lockstep_report is not None)
+
+
+def window_energy(window: Window, items: float, lockstep: bool) -> dict[str, Any]:
+    """The GPU's energy over the measured window (`gpu.energy`), absent for a lockstep side: its window leaves out
+    its partner's turns, while the counter, the whole board's, ran through them."""
+    why = "absent: measured in lockstep, where the GPU's counter also ran through the partner's turns" \
+        if lockstep else None
+    return window.sampler.energy(items, window.spent.wall_s if window.spent else None, why)

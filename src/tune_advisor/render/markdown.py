@@ -136,6 +136,8 @@ def _footnote(r: view.Report) -> list[str]:
         if fmt_later(r.speedup):
             parts.append(f"{fmt_later(r.speedup)}: {r.speedup['later']['interval']}")
     parts += [f"MFU ({side}): {text}" for side, text in r.mfu]
+    if r.energy:
+        parts.append(f"{r.energy.label} {r.energy.change}: {r.energy.how}")
     if r.batch_note:
         parts.append(r.batch_note)
     return [f"[^how]: How this was measured. " + escape(" — ".join(parts)), ""]

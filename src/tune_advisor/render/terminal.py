@@ -181,6 +181,8 @@ def _verbose_summary(r: "view.Report", console: Console, results_path=None) -> N
         console.print("\n" + escape(" · ".join(f"{what}: {value}" for what, value in r.epoch)), highlight=False)
     for side, mfu in r.mfu:
         console.print(f"MFU ({side}): {escape(mfu)}", highlight=False)
+    if r.energy:
+        console.print(f"{escape(r.energy.label)}: {escape(r.energy.how)}", highlight=False)
     if r.findings:
         console.print(f"\n[bold]Findings[/] ({len(r.findings)})")
         for f in r.findings:
