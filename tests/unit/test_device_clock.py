@@ -96,14 +96,32 @@ def test_sync_returns_every_step_at_once():
     assert [f.step for f in clock.end(0, Loss(1.0), 0.0, sync=True)] == [0]
 
 
-def test_cpu_lockstep_and_ddp_steps_keep_the_host_clock_a_free_gpu_probe_gets_events():
+def test_a_lockstep_side_on_a_gpu_times_its_steps_by_events_one_in_flight_only_ddp_keeps_the_host_clock():
     gpu = FakeTimeline()
-    assert isinstance(device_clock.for_probe("cpu", None, host_paced=False), device_clock.HostClock)
-    paced = device_clock.for_probe("cuda", gpu, host_paced=True)
-    assert isinstance(paced, device_clock.HostClock)
+    assert isinstance(device_clock.for_probe("cpu", None, host_paced=False, lockstep=True), device_clock.HostClock)
+    # GIVEN a lockstep side on a GPU: CUDA events, one step in flight, each step timed from its baton
+    side = device_clock.for_probe("cuda", gpu, host_paced=False, lockstep=True)
+    assert isinstance(side, device_clock.CudaEventClock) and side.lag == 1 and side.paced
+    assert side.name == device_clock.DEVICE
+    # WHEN it runs two steps, its baton coming 50 ms after the first ended (the partner's turn)
+    side.begin()
+    gpu.now += 12.0
+    assert side.end(0, Loss(1.5), t0=0.0) == []  # in flight: nothing to hand over yet
+    gpu.now += 50.0
+    side.begin()
+    gpu.now += 12.0
+    (first,) = side.end(1, Loss(1.4), t0=0.0)
+    (second,) = side.flush()
+    # THEN each step is its own 12 ms from its baton, the partner's turn not counted, nothing synchronised the device
+    assert (first.step, second.step) == (0, 1) and [first.seconds, second.seconds] == pytest.approx([0.012] * 2)
+    assert "device" not in gpu.synchronized
+    # AND DDP ranks keep the host clock, synchronised every step
+    paced = device_clock.for_probe("cuda", gpu, host_paced=True, lockstep=False)
+    assert isinstance(paced, device_clock.HostClock) and paced.name == device_clock.HOST_SYNCED
     (done,) = paced.end(0, Loss(1.5), t0=0.0)
-    assert done.loss == 1.5 and done.copy_s is None and gpu.synchronized == ["device"]
-    assert isinstance(device_clock.for_probe("cuda", gpu, host_paced=False), device_clock.CudaEventClock)
+    assert done.loss == 1.5 and done.copy_s is None and gpu.synchronized[-1] == "device"
+    free = device_clock.for_probe("cuda", gpu, host_paced=False)
+    assert isinstance(free, device_clock.CudaEventClock) and free.lag == device_clock.LAG and not free.paced
 
 
 def test_the_overlap_says_how_much_of_the_copies_the_host_did_not_wait_for():
@@ -141,7 +159,8 @@ def test_a_training_run_timed_on_a_lagging_device_clock_keeps_every_measured_ste
     from ..conftest import FAST, WORKLOADS
 
     monkeypatch.setattr(device_clock, "for_probe",
-                        lambda device_type, cuda, host_paced: device_clock.CudaEventClock(TickingTimeline(), lag=2))
+                        lambda device_type, cuda, host_paced, lockstep=False:
+                        device_clock.CudaEventClock(TickingTimeline(), lag=2))
     spec = ProbeSpec(id="p1", workload=str(WORKLOADS / "tiny_mlp.py"), settings=knobs.full_settings({"batch_size": 16}),
                      device="cpu", protocol=FAST)
     out = train_and_measure(spec, lambda text: None)

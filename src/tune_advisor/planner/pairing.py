@@ -1,12 +1,13 @@
 """Whether two settings can be measured side by side in a lockstep pair: the backend must pair at all, the two must
-share a loader (`keep.together`), and both must fit in memory at once, which for settings not yet run is estimated
-from the probes measured so far."""
+share a loader (`keep.together`; pin_memory too where the steps are timed on the host clock: `host_paced`), and
+both must fit in memory at once, which for settings not yet run is estimated from the probes measured so far."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..collectors import cuda_memory
+from ..probe import device_clock
 from ..probe.backend import ProbeBackend
 from ..probe.result import ProbeResult
 from .keep import together, without
@@ -15,26 +16,48 @@ from .keep import together, without
 def can_pair(backend: ProbeBackend, reference: ProbeResult, settings: dict[str, Any], peak: float | None) -> bool:
     """Whether `backend` can measure `reference` beside `settings` (whose probe peaks at `peak` bytes) in a
     lockstep pair: not where it cannot pair at all (DDP, --executor ray), with different loaders (see
-    `together`), or where both would not fit in memory at once (`backend.pair_memory_bytes`)."""
-    if not (backend.can_pair and together(reference.settings, settings)):
+    `together`), or where both would not fit in memory at once (`backend.pair_memory_bytes`). Both sides count
+    what their process holds (`held`): on a GPU a caching allocator keeps freed blocks reserved."""
+    if not (backend.can_pair and together(reference.settings, settings, host_paced(reference))):
         return False
     room = backend.pair_memory_bytes
-    # On a GPU a process holds its allocator's reserved blocks, not only what is allocated (cuda_memory)
-    held = cuda_memory.footprint(reference.peak_memory_bytes, reference.memory)
-    return not (room and held + (peak or 0) > room)
+    return not (room and held(reference) + (peak or 0) > room)
+
+
+def host_paced(probe: ProbeResult) -> bool:
+    """Whether `probe`'s steps were timed on the host clock (`extra.step_clock`), not by CUDA events with a step in
+    flight (probe/device_clock.py): a framework's own loop and DDP ranks synchronise the GPU every step; on a CPU
+    the host's is the only clock, and pin_memory does not apply there."""
+    return probe.extra.get("step_clock") != device_clock.DEVICE
+
+
+def in_turn_why(backend: ProbeBackend, reference: ProbeResult, settings: dict[str, Any]) -> str | None:
+    """Why `settings` is compared with `reference` one after the other although the two could share a lockstep
+    pair otherwise (results.json `extra.in_turn`): its pin_memory on steps timed by the host clock; None else."""
+    if not (backend.can_pair and together(reference.settings, settings)) or together(
+            reference.settings, settings, host_paced(reference)):
+        return None
+    return ("pin_memory is compared one after the other: these steps are timed on the host clock, which waits for "
+            "the GPU every step and so measures away the overlap pinned memory buys")
 
 
 def pairs(backend: ProbeBackend, reference: ProbeResult, candidate: ProbeResult) -> bool:
     """Whether a duel of these two probes' settings would run in lockstep (`can_pair`)."""
-    return can_pair(backend, reference, candidate.settings, candidate.peak_memory_bytes)
+    return can_pair(backend, reference, candidate.settings, held(candidate))
+
+
+def held(probe: ProbeResult) -> int:
+    """What `probe`'s process held: on a GPU the allocator's reserved peak, at least the allocated one
+    (`cuda_memory.footprint`); on a CPU the process's peak."""
+    return cuda_memory.footprint(probe.peak_memory_bytes, probe.memory)
 
 
 def extrapolated_peak(probes: list[ProbeResult], settings: dict[str, Any]) -> float | None:
-    """The peak memory of `settings` on the straight line through the two largest batches measured (`probes`) with
-    the same other settings; None with fewer than two."""
+    """The peak memory (`held`) of `settings` on the straight line through the two largest batches measured
+    (`probes`) with the same other settings; None with fewer than two."""
     same = without(settings, "batch_size")
-    points = sorted({p.settings["batch_size"]: p.peak_memory_bytes for p in probes
-                     if p.ok and p.peak_memory_bytes and without(p.settings, "batch_size") == same}.items())
+    points = sorted({p.settings["batch_size"]: held(p) for p in probes
+                     if p.ok and held(p) and without(p.settings, "batch_size") == same}.items())
     if len(points) < 2:
         return None
     (b0, m0), (b1, m1) = points[-2], points[-1]
@@ -43,14 +66,15 @@ def extrapolated_peak(probes: list[ProbeResult], settings: dict[str, Any]) -> fl
 
 def estimated_peak(seen: ProbeResult | None, probes: list[ProbeResult], settings: dict[str, Any],
                    reference: ProbeResult) -> float | None:
-    """The peak memory of `settings` before it ran: measured (`seen`, their earlier probe), or on the line through
-    measured batches (`extrapolated_peak`), or else `reference`'s scaled in proportion to the batch, which
-    over-estimates (the weights do not grow with it; on a CPU, neither do the loader workers' processes)."""
-    if seen is not None and seen.ok and seen.peak_memory_bytes:
-        return seen.peak_memory_bytes
+    """The peak memory (`held`: on a GPU the allocator's reserved peak) of `settings` before it ran: measured
+    (`seen`, their earlier probe), or on the line through measured batches (`extrapolated_peak`), or else
+    `reference`'s scaled in proportion to the batch, which over-estimates (the weights do not grow with it; on a
+    CPU, neither do the loader workers' processes)."""
+    if seen is not None and seen.ok and held(seen):
+        return held(seen)
     line = extrapolated_peak(probes, settings)
     if line is not None:
         return max(line, 0.0)
-    if not reference.peak_memory_bytes:
+    if not held(reference):
         return None
-    return reference.peak_memory_bytes * max(1.0, settings["batch_size"] / reference.settings["batch_size"])
+    return held(reference) * max(1.0, settings["batch_size"] / reference.settings["batch_size"])

@@ -68,7 +68,7 @@ class Session:
         if seen is not None:
             return seen
         if not self._can_pair(against, settings):
-            return self.run(settings, role)
+            return self._in_turn(against, settings, self.run(settings, role))
         _, result = self.duel(against, settings, (DUEL_ROLE, role))
         if result.status is Status.OOM or (result.status is Status.STOPPED and not result.extra.get("budget_stopped")):
             # the pair held two probes' memory: out of memory beside its reference is not out of memory alone; and
@@ -107,9 +107,17 @@ class Session:
         else:  # in turn, each recorded as it finishes (a resumed run replays them in this order)
             done = {i: self.run(sides[i], roles[i], reuse=False, window_s=window_s, fresh=fresh)
                     for i in ((0, 1) if first == 0 else (1, 0))}
-            a, b = done[0], done[1]
+            a, b = self._in_turn(reference, candidate, done[0]), self._in_turn(reference, candidate, done[1])
         self.ledger.note_duel(*sides, (a, b))
         return a, b
+
+    def _in_turn(self, reference: ProbeResult, settings: Settings, result: ProbeResult) -> ProbeResult:
+        """`result`, measured one after the other with `reference`, with why where the two could otherwise have
+        shared a lockstep pair (`extra.in_turn`: pairing.in_turn_why), so the report says how they were compared."""
+        why = pairing.in_turn_why(self.backend, reference, settings)
+        if why is not None:
+            result.extra["in_turn"] = why
+        return result
 
     def _in_lockstep(self, sides: tuple[Settings, Settings], roles: tuple[str, str], first: int,
                      turn_s: float | None, fresh: bool) -> tuple[ProbeResult, ProbeResult]:

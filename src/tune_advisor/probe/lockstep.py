@@ -6,11 +6,15 @@ carries the machine's mood. Two children that alternate single steps see the sam
 The gate's interleaved mode (`gate --against REF`) measures each round this way; docs/ci-gating.md has the numbers.
 
 Protocol, over two FIFOs per child in the probe workdir (their paths are `ProbeSpec.lockstep`):
-    child -> parent, "done" FIFO:  "ready <epoch steps>\\n" once its warm-up is over (0: no loader workers or
-                                   no known length), then "<step seconds> <items>\\n" after each step (items:
-                                   the step's work, samples or what count_items returns)
-    parent -> child, "go" FIFO:    b"w": begin (start the loader, warm up); b"g": run one measured step;
-                                   b"s": stop (before it began: fail at once; else: collectors, result, exit)
+    child -> parent, "done" FIFO:  "ready <epoch steps> <cycle> <in flight>\\n" once its warm-up is over (epoch
+                                   steps 0: no loader workers or no known length; cycle: steps per optimizer step;
+                                   in flight: steps it leaves running on the GPU, 0 or 1), then a line after each
+                                   step: "<step seconds> <items>" of each step that ended since the last line
+                                   (items: the step's work, samples or what count_items returns), none where the
+                                   step is still in flight
+    parent -> child, "go" FIFO:    b"w": begin (start the loader, warm up); b"g": run one measured step; b"l":
+                                   run one, the last of this turn (a GPU side answers once it has ended); b"s":
+                                   stop (before it began: fail at once; else: collectors, result, exit)
 Both sides import and build the workload at once, which is mostly Python (hf_transformer's import of
 transformers takes 2 s), then warm up one at a time, the other waiting idle in begin(): two warm-ups at once each
 start torch's threads on the same cores, and spinning OpenMP threads then slow both tenfold (lstm_collate's
@@ -27,6 +31,16 @@ taken MATCH_AFTER single steps, a side whose median step is MATCH_FROM or more t
 takes the nearest whole number of steps to one of its partner's in each turn, and the two sides' turns last about
 as long. Each side's result records its steps per turn (`extra.lockstep.turns`, where any turn held more than one
 step), and comparisons pair the two sides turn by turn (`turn_sums`).
+
+Device time (probe/device_clock.py): on a GPU a side times its steps with CUDA events and, inside its turn, hands
+the baton back once the step before its last has ended: one step stays in flight, as in a real loop, so the host
+fetches and enqueues the next batch (and a pinned, non_blocking copy) while the GPU computes; nothing synchronises
+the whole device. The turn's last step (b"l") answers once that step has ended on its own stream: a step left in
+flight would run during the partner's turn, the two processes' kernels sharing the GPU, and each side would read
+part of the other's work (tests/unit/test_device_lockstep.py shows the ratio collapsing towards 1). Each step's time
+starts at an event recorded when its baton came, which completes in stream order after the step before, so neither
+the partner's turn nor the baton's round trip counts: the pair's ratio is one of GPU time. A turn's first step has
+nothing in flight before it, so a side that keeps steps in flight takes at least DEVICE_TURN_STEPS a turn.
 
 Timed turns (`Protocol.turn_s`, the planner's confirmation where steps lie far apart): after MATCH_AFTER single
 steps each side takes the whole number of its steps nearest `turn_s` seconds, so the cost a turn pays is spread over
@@ -53,7 +67,7 @@ from .result import ProbeResult, Status
 from .spec import ProbeSpec, Protocol
 from .window import EPOCH_ROUNDING_CAP, PAIR_EPOCH_ROUNDING_CAP, EpochWindow, step_cap
 
-BEGIN, GO, STOP = b"w", b"g", b"s"
+BEGIN, GO, LAST, STOP = b"w", b"g", b"l", b"s"
 READY = "ready"
 POLL_S = 0.25  # liveness checks without pidfds (not Linux >= 5.3)
 PARTNER_ENDED = "the other side of the lockstep pair ended first"
@@ -66,6 +80,10 @@ PARTNER_ENDED = "the other side of the lockstep pair ended first"
 MATCH_FROM = 1.5
 MATCH_AFTER = 3  # single-step pairs of turns before the two sides' step times are compared
 MAX_TURN_STEPS = 16
+# A GPU side's turn: its first step starts with nothing in flight (the host fetches its batch on an idle GPU), the
+# others keep one in flight, as the user's loop does every step. On the fake timeline of tests/unit/
+# test_device_lockstep.py (fetch 8 ms, copy 4, compute 4) pinned memory's 1.5x reads 1.3x in turns of 4, 1.39x in 8.
+DEVICE_TURN_STEPS = 8
 
 
 class LockstepError(RuntimeError):
@@ -80,14 +98,18 @@ class NoBaton:
 
     active = False
     idle_s = 0.0
+    last = False  # never the last step of a turn: nothing waits for it
 
-    def begin(self, epoch_steps: int | None = None, cycle: int = 1) -> None:
+    def begin(self, epoch_steps: int | None = None, cycle: int = 1, in_flight: int = 0) -> None:
         pass
 
     def wait(self) -> bool:
         return True
 
     def done(self, step_s: float, items: float = 1.0) -> None:
+        pass
+
+    def hand_over(self, figures: Sequence[tuple[float, float]]) -> None:
         pass
 
     def report(self) -> None:
@@ -110,7 +132,8 @@ class Baton:
         os.set_blocking(self.go, True)
         os.set_blocking(self.out, True)
         self.timeout_s = timeout_s
-        self.epoch_steps, self.cycle = 0, 1
+        self.epoch_steps, self.cycle, self.in_flight = 0, 1, 0
+        self.last = False  # this step is the last of its turn (b"l"): hand back once it has ended
         self.begun: float | None = None  # begin() returned: this side's turn to warm up
         self.began: float | None = None  # the first wait(): the warm-up is over
         self.ready_wait_s = 0.0  # waiting for the other side's warm-up
@@ -123,11 +146,12 @@ class Baton:
         """Wall time since the warm-up that was the other side's: measuring time = wall time - idle_s."""
         return time.perf_counter() - self.began - self.busy_s if self.began is not None else 0.0
 
-    def begin(self, epoch_steps: int | None = None, cycle: int = 1) -> None:
+    def begin(self, epoch_steps: int | None = None, cycle: int = 1, in_flight: int = 0) -> None:
         """Wait for this side's turn to warm up (the other side is paused meanwhile, or still building).
-        `epoch_steps` (batches per epoch with loader workers) and `cycle` (steps per optimizer step, under a
-        framework's gradient accumulation) go to the parent with "ready"."""
-        self.epoch_steps, self.cycle = epoch_steps or 0, max(1, cycle)
+        `epoch_steps` (batches per epoch with loader workers), `cycle` (steps per optimizer step, under a
+        framework's gradient accumulation) and `in_flight` (steps its clock leaves running on the GPU when it hands
+        the baton back inside a turn: probe/device_clock.py) go to the parent with "ready"."""
+        self.epoch_steps, self.cycle, self.in_flight = epoch_steps or 0, max(1, cycle), in_flight
         word = self._read()
         if word == STOP:
             raise LockstepError(f"stopped before it began: {PARTNER_ENDED}")
@@ -139,14 +163,15 @@ class Baton:
         first = self.began is None
         if first:
             self.began = time.perf_counter()
-            self._send(f"{READY} {self.epoch_steps} {self.cycle}")
+            self._send(f"{READY} {self.epoch_steps} {self.cycle} {self.in_flight}")
         word = self._read()
         now = time.perf_counter()
         if first:
             self.ready_wait_s = now - self.began
         else:  # since the last step: the parent may have paused this process before it got here
             self.waited_s += now - self.spans[-1][1]
-        if word == GO:
+        if word in (GO, LAST):
+            self.last = word == LAST
             self.spans.append([now, now])
             return True
         if word == STOP:
@@ -154,10 +179,15 @@ class Baton:
         raise LockstepError(f"expected the parent's {GO!r} or {STOP!r}, got {word!r}")
 
     def done(self, step_s: float, items: float = 1.0) -> None:
+        self.hand_over([(step_s, items)])
+
+    def hand_over(self, figures: Sequence[tuple[float, float]]) -> None:
+        """The baton back after a step: with the (seconds, items) of each step that ended since the last time,
+        none where the step is still in flight (a GPU side's first of a turn)."""
         span = self.spans[-1]
         span[1] = time.perf_counter()
         self.busy_s += span[1] - span[0]
-        self._send(f"{float(step_s)!r} {float(items)!r}")
+        self._send(" ".join(f"{float(s)!r} {float(n)!r}" for s, n in figures))
 
     def report(self) -> dict:
         return {"steps": len(self.spans), "waited_s": round(self.waited_s, 6),
@@ -230,6 +260,8 @@ def _time_out(probes: list[runner.Started], late: int) -> tuple[str, int]:
 class _Pair:
     """Hands the baton between two started children (runner.Started) and decides when both have measured enough."""
 
+    device = False  # a side keeps a step in flight (its "ready"): turns of DEVICE_TURN_STEPS at least
+
     def __init__(self, probes: list[runner.Started], channels: list[_Channel], noise: str = "each",
                  match_turns: bool = False):
         self.probes, self.channels, self.noise = probes, channels, noise
@@ -260,10 +292,12 @@ class _Pair:
                 word, *counts = self._receive(side).split()
                 if word != READY:
                     raise ValueError(f"{self.probes[side].spec.id}: expected {READY!r} from the child")
-                epochs, cycle = (counts + ["0", "1"][len(counts):])[:2]
+                epochs, cycle, in_flight = (counts + ["0", "1", "0"][len(counts):])[:3]
                 self.epochs[side] = int(epochs) if epochs.isdigit() else 0
                 self.waves[side] = period(self.waves[side], int(cycle) if cycle.isdigit() else 1)
+                self.device |= in_flight.isdigit() and int(in_flight) > 0
                 self._signal(side, signal.SIGSTOP)
+            self.reps = device_turns(self.reps) if self.device else self.reps
             while not self._enough(steps, items):
                 for side in order:
                     for step_s, work in self._turn(side, self.reps[side]):
@@ -290,10 +324,10 @@ class _Pair:
         """One turn of `side`: `steps` measured steps, each (its seconds, its items)."""
         self._signal(side, signal.SIGCONT)
         done = []
-        for _ in range(steps):
-            os.write(self.channels[side].go, GO)
-            step_s, items = self._receive(side).split()
-            done.append((float(step_s), float(items)))
+        for i in range(steps):
+            os.write(self.channels[side].go, LAST if i == steps - 1 else GO)
+            words = self._receive(side).split()
+            done += [(float(s), float(n)) for s, n in zip(words[::2], words[1::2])]
         self._signal(side, signal.SIGSTOP)
         return done
 
@@ -314,6 +348,7 @@ class _Pair:
                 if n < MATCH_AFTER and not self._capped(steps):
                     return False
                 self.reps = matched_turns(steps, self.protocol.turn_s)
+                self.reps = device_turns(self.reps, timed=bool(self.protocol.turn_s)) if self.device else self.reps
                 if self.protocol.turn_s:  # timed turns end at the time cap: a side of short steps would otherwise
                     # reach the step cap in a turn or two (an H200's 2.4 ms steps: two timed turns, 1.3 s a side)
                     self.cap = max(self.cap, max(self.reps) * math.ceil(self.protocol.max_time_s /
@@ -417,6 +452,16 @@ def turn_sums(values: Sequence[float], turns: Sequence[int]) -> list[float]:
         sums.append(float(sum(values[i:i + steps])))
         i += steps
     return sums
+
+
+def device_turns(reps: Sequence[int], timed: bool = False) -> list[int]:
+    """Steps per turn for sides that keep a step in flight: DEVICE_TURN_STEPS at least in every turn; `reps`
+    scaled alike so their ratio (which matches the turns' lengths) holds, or, `timed` (turns of about `turn_s`
+    each), each side's raised to the minimum on its own."""
+    if timed:
+        return [max(r, DEVICE_TURN_STEPS) for r in reps]
+    scale = -(-DEVICE_TURN_STEPS // max(1, min(reps)))
+    return [r * scale for r in reps]
 
 
 def turns_of(result: ProbeResult) -> list[int] | None:

@@ -122,10 +122,10 @@ class Training:
         self.non_blocking = self.loader.pin_memory
         self.channels_last = bool(settings["channels_last"])
         self.cuda = device.type == "cuda"
-        # A GPU's steps are timed on the GPU, read a few steps late, so the host can enqueue the next batch's copy
-        # while the GPU computes (probe/device_clock.py); lockstep and DDP steps must end before the next one.
+        # A GPU's steps are timed on the GPU, read a few steps late (a lockstep side: one), so the host can enqueue
+        # the next batch's copy while the GPU computes (probe/device_clock.py); DDP steps must end before the next.
         self.clock = device_clock.for_probe(device.type, torch.cuda if self.cuda else None,
-                                            host_paced=self.baton.active or self.ddp is not None)
+                                            host_paced=self.ddp is not None, lockstep=self.baton.active)
         self.in_flight: dict[int, tuple] = {}  # step -> what the host saw of it, until the device has run it
         self.host_copy_s: list[float] = []  # measured steps: the host's time in the copy call, and the device's
         self.device_copy_s: list[float | None] = []
@@ -147,9 +147,9 @@ class Training:
             self.batches = iter(self.loader)
             return next(self.batches)
 
-    def step(self, step: int, record: bool) -> float:
-        """One training step, global step `step`; `record`: a measured step, its figures kept. Returns its seconds;
-        raises Diverged when the loss is not finite."""
+    def step(self, step: int, record: bool, drain: bool = False) -> float:
+        """One training step, global step `step`; `record`: a measured step, its figures kept; `drain`: wait for
+        it to end (a lockstep turn's last step). Returns its seconds; raises Diverged when the loss is not finite."""
         t0, cpu0 = time.perf_counter(), time.thread_time()
         epoch = self.epochs
         host_batch = self.next_batch()
@@ -168,7 +168,7 @@ class Training:
             self.optimizer_step()
         # The host batch stays referenced until the device has run the step: its pinned pages feed an async copy.
         self.in_flight[step] = (t0, t1, t2, host_batch, record, self.epochs != epoch)
-        finished = self.clock.end(step, loss, t0, sync=not record)  # warm-up and extra steps: each over at once
+        finished = self.clock.end(step, loss, t0, sync=drain or not record)  # warm-up, extra steps: over at once
         if step == 0:
             self.evidence.after_first_step(host_batch, batch, self.loader, self.batches)
         seconds = [self._finished(done) for done in finished]
@@ -220,7 +220,7 @@ class Training:
         settings, phase = self.settings, self.phase
         # Both sides of a lockstep pair import and build at once (mostly Python: hf_transformer's import takes 2 s);
         # the warm-ups, where torch's threads spin, take turns. Starting the loader's workers is part of the warm-up.
-        self.baton.begin(self.epoch_steps, self.every)
+        self.baton.begin(self.epoch_steps, self.every, in_flight=self.clock.lag)
         self.batches = iter(self.loader)
         phase(f"warm-up: waiting for the first batch ({settings['num_workers']} loader workers)")
         warmup_start = time.perf_counter()
@@ -250,9 +250,11 @@ class Training:
         window.open()
         try:
             while baton.wait():  # always true unless in lockstep, where the parent decides when both sides stop
-                self.step(self.next_step, record=True)
-                if baton.active:  # its steps use the host clock: this step's figures are in raw already
-                    baton.done(raw["step_s"][-1], raw["items"][-1])
+                self.clock.begin()  # a lockstep side's step is timed from its baton (device_clock)
+                ended = len(raw["step_s"])
+                self.step(self.next_step, record=True, drain=baton.last)
+                if baton.active:  # the steps that ended by now (on a GPU inside a turn: the one before this)
+                    baton.hand_over(list(zip(raw["step_s"][ended:], raw["items"][ended:])))
                 self.next_step += 1
                 if baton.active:
                     continue
@@ -273,6 +275,8 @@ class Training:
                                shapes["epoch_start_steps"], shapes["distinct_input_shapes"], cycle=self.every)
         record(out, measured, self.window, self.warm, self.settings["compile"], self.baton.report())
         extra["optimizer_every"] = self.every
+        extra["largest_input"] = self.series.largest_input  # what the memory peak saw (cuda_memory.judged_peak)
+        extra["step_clock"] = self.clock.name  # what the steps were timed by: the planner pairs on it (pairing.py)
         copies = device_clock.overlap(self.host_copy_s, self.device_copy_s)
         if copies is not None:  # a GPU timed by events: how much of each batch's copy the host did not wait for
             extra["h2d"] = {**copies, "non_blocking": self.non_blocking, "clock": "cuda events"}

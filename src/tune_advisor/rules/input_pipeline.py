@@ -327,7 +327,11 @@ def pageable_host_memory(ctx: Context) -> Finding | None:
         The share of step time in the `raw.h2d_s` samples (timed around `.to(device)`) of the baseline, or a
         positive `extra.profile.h2d_pageable_bytes` (filled by the profiler collector when it runs). The gain
         is measured against a probe equal to the baseline but for `pin_memory=True`; without one it is the
-        estimated upper bound `1 / (1 - h2d share)`, labelled so. Silent on CPU.
+        estimated upper bound `1 / (1 - h2d share)`, labelled so. Silent on CPU. Where the probes timed their
+        steps by CUDA events (`extra.h2d`), the finding quotes each side's overlap: the share of the copy's
+        time on the GPU that the host did not wait for (pageable: near 0; pinned with `non_blocking=True`:
+        near 1). Such steps keep one in flight as a real loop does, alone or in device-time lockstep, so the gain
+        is what that overlap bought; an overlap with no gain means nothing was left to hide the copy behind.
 
     Fix:
         `DataLoader(..., pin_memory=True)` and `tensor.to(device, non_blocking=True)`.
@@ -351,4 +355,11 @@ def pageable_host_memory(ctx: Context) -> Finding | None:
     if pinned is not None:
         message += f"; pin_memory=True trains {gain.text()} faster"
     evidence = {"h2d_frac": round(h2d, 4), "h2d_pageable_bytes": pageable or None}
+    overlaps = {side: (config.extra("h2d") or {}).get("overlap_frac") if config is not None else None
+                for side, config in (("pageable", base), ("pinned", pinned))}
+    if overlaps["pinned"] is not None:  # measured by CUDA events (probe/device_clock.py overlap)
+        shown = ", ".join(f"{side} {value:.0%}" for side, value in overlaps.items() if value is not None)
+        message += f" (the copies' overlap with the host's work: {shown})"
+        evidence.update({f"{side}_overlap_frac": round(value, 4) for side, value in overlaps.items()
+                         if value is not None})
     return Finding(message, evidence, fix, snippets.dataloader(ctx.applied(fix), True), gain, base.ids)

@@ -29,19 +29,27 @@ import torch
 
 from .. import knobs
 from .. import workload as wl_mod
-from ..probe import apply, failure, lockstep
+from ..probe import apply, device_clock, failure, lockstep
 from ..probe.evidence import CompileStats
 from ..probe.measure import Measurement, WarmUp, Window, add_outside_step, record
 from ..probe.result import Status
 from ..probe.spec import ProbeSpec
 from ..probe.window import StopRule
 from . import flags
+from . import group as group_mod
 from .hooks import Hooks, ScriptStop
 from .mirror import Mirror
 
 INSPECT_STEPS = 3  # inspect mode runs this many optimizer steps: enough to see a second optimizer step
 MIN_MEASURED_STEPS = 2  # a script that ends by itself after fewer measured steps than this measured nothing
 BEFORE_FIRST_STEP = "before its first optimizer step"
+
+
+def alone(world_size: int) -> str:
+    """Why a script that never initialises a process group cannot be a DDP probe."""
+    return (f"it never calls torch.distributed.init_process_group, so under --nproc-per-node each of the "
+            f"{world_size} ranks would train alone (no gradients shared): {world_size} separate trainings, "
+            "not one DDP job")
 
 
 class OutputTail:
@@ -113,11 +121,6 @@ def writes(mirror: Mirror | None) -> dict[str, Any]:
     return {"wrote": mirror.wrote, "wrote_count": mirror.count} if mirror is not None else {}
 
 
-def _sync(device_type: str) -> None:
-    if device_type == "cuda" and torch.cuda.is_initialized():
-        torch.cuda.synchronize()  # a step ends when the device has run it
-
-
 # --- a probe --------------------------------------------------------------------------------------------------
 
 
@@ -125,8 +128,12 @@ class Steps:
     """The step hook's side of a probe: warm-up steps, then measured ones (raw figures) until the StopRule says
     done, when it raises ScriptStop("done"). Each optimizer step is a step (a script's accumulation is its own)."""
 
-    def __init__(self, spec: ProbeSpec, out: dict[str, Any], phase: Callable[[str], None], device_type: str):
+    def __init__(self, spec: ProbeSpec, out: dict[str, Any], phase: Callable[[str], None], device_type: str,
+                 rank=None):
         self.spec, self.out, self.raw, self.phase, self.device_type = spec, out, out["raw"], phase, device_type
+        # A torchrun rank (distributed/rank.py ScriptRank): ranks must stop at the same optimizer step, or one
+        # would wait in the next gradient all-reduce for the others forever; rank 0 decides for all.
+        self.rank = rank
         self.hooks: Hooks | None = None
         # A script without a DataLoader whose batch size a flag sets (--map): each backward() is that many samples.
         self.flag_batch: int | None = None
@@ -141,6 +148,11 @@ class Steps:
         # A lockstep side (probe/lockstep.py): its warm-up waits for its turn, each measured step for the baton.
         self.baton = lockstep.baton(spec)
         self.begun = False
+        # When a step ends (probe/device_clock.py): on a GPU, CUDA events at each optimizer step read a few steps
+        # late, never a per-step synchronize, so the script's host runs ahead as it does alone; DDP ranks keep the
+        # host clock. Chosen at the first step, when the script has set CUDA up (or not).
+        self.clock = None
+        self.in_flight: dict[int, tuple] = {}  # step -> (data wait, items, new epoch) until the device has run it
 
     def before_train_iter(self, loader) -> None:
         """Before the training loader starts (its workers too): a lockstep side's turn to warm up, as in
@@ -151,8 +163,44 @@ class Steps:
                 epoch_steps = len(loader) if workers > 0 else None
             except TypeError:
                 epoch_steps = None
-            self._baton(self.baton.begin, epoch_steps)
+            self._baton(self.baton.begin, epoch_steps, 1, self._in_flight())
             self.begun = True
+
+    def _in_flight(self) -> int:
+        """Steps a lockstep side will leave in flight inside its turn (its "ready"): one on a GPU."""
+        return device_clock.LOCKSTEP_LAG if self.device_type == "cuda" and self.rank is None else 0
+
+    def _clock(self):
+        if self.clock is None:
+            cuda = self.device_type == "cuda" and torch.cuda.is_initialized()
+            self.clock = device_clock.for_probe("cuda" if cuda else "cpu", torch.cuda if cuda else None,
+                                                host_paced=self.rank is not None, lockstep=self.baton.active)
+        return self.clock
+
+    def _loss(self, clock):
+        """The step's loss: for CUDA events the tensor itself, read once the device has run the step (reading it
+        now would wait for the GPU); else its value now (`read_loss`)."""
+        if clock.name != device_clock.DEVICE:
+            return self.hooks.read_loss()
+        loss, self.hooks.loss = self.hooks.loss, None
+        return loss
+
+    def _ended(self, finished: list) -> None:
+        """Steps the device has run: the loss checked, a measured step's figures recorded (`in_flight`)."""
+        for done in finished:
+            if done.loss is not None and not math.isfinite(done.loss):
+                self.raw["loss"].append(None)  # JSON has no NaN: kept as null, the probe's loss not finite
+                self.raw["loss_step"].append(done.step)
+                raise ScriptStop("diverged", f"loss became {done.loss} at optimizer step {done.step + 1}")
+            if done.step in self.in_flight:
+                wait, items, new_epoch = self.in_flight.pop(done.step)
+                add_outside_step(self.raw, self.epoch_starts, done.seconds, wait, items, done.loss, done.step,
+                                 new_epoch)
+
+    def flush(self) -> None:
+        """The measured steps still on the device, recorded: the window is over."""
+        if self.clock is not None:
+            self._ended(self.clock.flush())
 
     def _baton(self, call, *args):
         """A baton call; its failure (the partner or the parent gone) ends the script past its own excepts."""
@@ -164,28 +212,34 @@ class Steps:
     def __call__(self, optimizer) -> None:
         if self.window.spent is not None:  # the script caught the stop (a bare except) and trained on: again
             raise ScriptStop("done")
-        _sync(self.device_type)
+        clock, hooks = self._clock(), self.hooks
+        loss = self._loss(clock)
+        t0 = self.last if self.last is not None else time.perf_counter()
+        # warm-up steps (and a lockstep turn's last) end at once: their end event waited for, never the device's
+        finished = clock.end(self.steps, loss, t0, sync=self.stop is None or self.baton.last)
+        if self.stop is None:
+            self._ended(finished)
         now = time.perf_counter()
-        hooks = self.hooks
         self.steps += 1
         wait, items, new_epoch, backwards = hooks.take_step_input()
         if not items and self.flag_batch:
             items = float(self.flag_batch * max(backwards, 1))
-        loss = hooks.read_loss()
-        if loss is not None and not math.isfinite(loss):
-            self.raw["loss"].append(None)  # JSON has no NaN: kept as null, the probe's loss not finite
-            self.raw["loss_step"].append(self.steps - 1)
-            raise ScriptStop("diverged", f"loss became {loss} at optimizer step {self.steps}")
         if self.warm is None:
+            if self.rank is not None and not self.rank.joined():
+                raise ScriptStop("refused", alone(self.rank.world_size))
             self._first_step()
             if self.baton.active and not self.begun:  # no training loader: its turn now
-                self._baton(self.baton.begin, None)
+                self._baton(self.baton.begin, None, 1, self._in_flight())
                 self.begun = True
         if self.stop is None:  # warming up
             if self.last is not None:
                 self.warm.step_s.append(now - self.last)
+            over = self.warm.over(self.steps)
+            if self.rank is not None:
+                over = self.rank.agree(over)
+                now = time.perf_counter()  # the agreement is no step's time
             self.last = now
-            if self.warm.over(self.steps):
+            if over:
                 self._begin(now)
                 self._next_turn()
             else:
@@ -195,14 +249,20 @@ class Steps:
         if self.unit_items is None:
             self.unit_items = items > 0
             self.out["unit"] = "samples/s" if self.unit_items else "steps/s"
-        add_outside_step(raw, self.epoch_starts, now - self.last, wait, items if self.unit_items else 1.0, loss,
-                         self.steps - 1, new_epoch)
-        self.last = now
+        self.in_flight[self.steps - 1] = (wait, items if self.unit_items else 1.0, new_epoch)
+        ended = len(raw["step_s"])
+        self._ended(finished)  # the steps the device has run by now: on a GPU, this one LAG steps later
+        self.last = t0 + raw["step_s"][-1] if clock.lag == 0 else now  # the host clock: where this step ended
         if self.baton.active:  # the parent decides when both sides of the pair stop
-            self._baton(self.baton.done, raw["step_s"][-1], raw["items"][-1])
+            self._baton(self.baton.hand_over, list(zip(raw["step_s"][ended:], raw["items"][ended:])))
             self._next_turn()
             return
-        if self.stop.done(raw["step_s"], self.window.elapsed(now)):
+        done = self.stop.done(raw["step_s"], self.window.elapsed(now))
+        if self.rank is not None:
+            done = self.rank.agree(done)
+            self.last = time.perf_counter()
+        if done:
+            self.flush()
             self.window.close(self.window.elapsed(now))
             raise ScriptStop("done")
 
@@ -212,8 +272,10 @@ class Steps:
         if not self.baton.active:
             return
         if not self._baton(self.baton.wait):
+            self.flush()
             self.window.close(self.window.elapsed() - self.baton.idle_s)
             raise ScriptStop("done")
+        self._clock().begin()  # on a GPU the step's device time starts with its baton
         self.last = time.perf_counter()
 
     def _first_step(self) -> None:
@@ -239,9 +301,11 @@ class Steps:
         self.phase("script: measuring optimizer steps")
 
 
-def train(spec: ProbeSpec, phase: Callable[[str], None], out: dict[str, Any], workdir: Path | None = None) -> None:
+def train(spec: ProbeSpec, phase: Callable[[str], None], out: dict[str, Any], workdir: Path | None = None,
+          rank=None) -> None:
     """Run the script under `spec.settings` and fill the result `out`, its status and error included (a failure of
-    the script is a status here, not a raise: it needs the script's own words)."""
+    the script is a status here, not a raise: it needs the script's own words). `rank`: this process's torchrun
+    rank in a DDP probe (distributed/rank.py ScriptRank), whose group the script itself initialises."""
     script, settings, path = spec.script, spec.settings, Path(spec.workload)
     device_type = torch.device(spec.device).type
     maps = flags.maps_from_json(script.get("map"))
@@ -252,9 +316,11 @@ def train(spec: ProbeSpec, phase: Callable[[str], None], out: dict[str, Any], wo
     if not {"matmul_precision", "cudnn_benchmark"} & mapped:
         apply.configure_backends(settings, device_type)  # global switches; the script may still set its own
     torch.manual_seed(spec.seed)
-    steps = Steps(spec, out, phase, device_type)
+    steps = Steps(spec, out, phase, device_type, rank)
     hooks = steps.hooks = Hooks(path, settings, device_type, apply_knobs=True, mapped=mapped,
                                 train_site=script.get("loader_site"), on_step=steps)
+    hooks.group = group_mod.GroupHooks(settings, device_type, True, mapped, rank.world_size if rank else 1,
+                                       script.get("baseline"), up_front=bool(script.get("torchrun_env")))
     hooks.before_train_iter = steps.before_train_iter
     if "batch_size" in maps and not script.get("loader_site"):
         steps.flag_batch = int(settings["batch_size"])
@@ -265,10 +331,15 @@ def train(spec: ProbeSpec, phase: Callable[[str], None], out: dict[str, Any], wo
         how, what = run.run()
     finally:
         hooks.remove()
-        # Ended by itself (or failed): its measured steps so far are the window.
+        hooks.group.close()
+        # Ended by itself (or failed): its measured steps so far, the ones still on the device too, are the window.
+        with contextlib.suppress(ScriptStop, RuntimeError):  # a failed script's device may not answer
+            steps.flush()
         steps.window.close(sum(out["raw"]["step_s"]))
     out["extra"]["script"] = {"argv": argv, "cwd": str(cwd), "optimizer_steps": steps.steps,
-                              "ended": _ending(how, what), **writes(mirror)}
+                              "ended": _ending(how, what), **writes(mirror), **_group_facts(hooks.group)}
+    if rank is not None and hooks.group.ddp:
+        rank.wrapped(hooks.group.ddp["applied"])
     out["applied"].update(hooks.applied)
     problem = _problem(how, what, steps.steps, hooks, run, path, settings)
     if problem is None and how != "stopped" and len(out["raw"]["step_s"]) < MIN_MEASURED_STEPS:
@@ -282,6 +353,12 @@ def train(spec: ProbeSpec, phase: Callable[[str], None], out: dict[str, Any], wo
     if not out["raw"]["step_s"]:  # a lockstep side stopped before its first measured step (the runner says so)
         return
     _record(out, steps, hooks)
+
+
+def _group_facts(group: group_mod.GroupHooks) -> dict[str, Any]:
+    """The script's own process group and DDP wrapper for results.json (nothing for a script without one)."""
+    facts = group.facts()
+    return {k: v for k, v in facts.items() if v}
 
 
 def _ending(how: str, what: Any) -> str:
@@ -332,6 +409,7 @@ def _record(out: dict[str, Any], steps: Steps, hooks: Hooks) -> None:
     measured = Measurement(steps.window.spent, steps.workers, hooks.epochs, steps.epoch_steps, steps.epoch_starts,
                            len(shapes))
     record(out, measured, steps.window, steps.warm, out["applied"].get("compile", "default"), steps.baton.report())
+    out["extra"]["step_clock"] = steps.clock.name if steps.clock is not None else device_clock.HOST
     loader = hooks.train_loader
     out["applied"].update({
         "loader_workers": getattr(loader, "num_workers", None),
@@ -353,24 +431,11 @@ def inspect(spec: ProbeSpec, phase: Callable[[str], None]) -> dict[str, Any]:
     script, path = spec.script, Path(spec.workload)
     device_type = torch.device(spec.device).type
     maps = flags.maps_from_json(script.get("map"))
-    seen: list[float] = []
-
-    def on_step(optimizer):
-        seen.append(time.perf_counter())
-        phase(f"script: {len(seen)} optimizer steps done")
-        if len(seen) >= INSPECT_STEPS:
-            raise ScriptStop("done")
-
-    hooks = Hooks(path, spec.settings, device_type, apply_knobs=False, mapped=set(maps), train_site=None,
-                  on_step=on_step)
-    phase(f"script: running it, {BEFORE_FIRST_STEP}")
-    cwd, mirror = working_folder(script)
-    run = ScriptRun(path, list(script.get("args") or []), cwd, mirror)
-    hooks.install()
-    try:
-        how, what = run.run()
-    finally:
-        hooks.remove()
+    world_size = int(script.get("world_size") or 1)  # the ranks of its probes; it is inspected as one process
+    hooks, run, how, what, seen, mirror = _inspect_run(spec, phase, maps, torchrun_env=False)
+    if how == "raised" and not seen and group_mod.reads_torchrun_env(what):
+        # Written for torchrun: it reads RANK or LOCAL_RANK itself. Run as `torchrun --nproc-per-node 1` would.
+        hooks, run, how, what, seen, mirror = _inspect_run(spec, phase, maps, torchrun_env=True)
     if how == "stopped" and what.kind == "refused":
         return _load_error(f"the script cannot be measured: {what.message}",
                            "script mode measures training in one process: run the training in this process (e.g. "
@@ -389,8 +454,16 @@ def inspect(spec: ProbeSpec, phase: Callable[[str], None]) -> dict[str, Any]:
                            "--, e.g. `tune-advisor analyze train.py -- --epochs 1`" if how != "exit" else
                            "pass the arguments it needs after -- (e.g. `-- --epochs 1`), and check it runs on its "
                            "own with them")
+    if world_size > 1 and hooks.group.group is None:
+        return _load_error(f"the script cannot be measured under --nproc-per-node {world_size}: "
+                           f"{alone(world_size)}",
+                           "initialise the group in the script as under torchrun (dist.init_process_group() and "
+                           "DistributedDataParallel), or analyse it without --nproc-per-node")
     facts, script_facts, baseline = _facts(hooks, device_type, len(seen))
     script_facts.update(writes(mirror))
+    script_facts.update(_group_facts(hooks.group))
+    if world_size > 1:  # the DDP knobs apply to DDP probes only: their baseline is the script's own
+        baseline.update(group_mod.baseline(hooks.group.facts()))
     if hooks.train_loader is None and "batch_size" in maps:
         given = maps["batch_size"].value_in(list(script.get("args") or []))
         if given is None:
@@ -405,6 +478,33 @@ def inspect(spec: ProbeSpec, phase: Callable[[str], None]) -> dict[str, Any]:
             "item_name": "samples" if hooks.train_loader is not None or "batch_size" in baseline else "steps",
             "optional": [],
             "script": script_facts}
+
+
+def _inspect_run(spec: ProbeSpec, phase: Callable[[str], None], maps: dict[str, flags.FlagMap], torchrun_env: bool):
+    """One run of the script to INSPECT_STEPS optimizer steps, observed: (hooks, run, how, what, step times, mirror).
+    `torchrun_env`: torchrun's variables for a world of one set before it starts."""
+    seen: list[float] = []
+
+    def on_step(optimizer):
+        seen.append(time.perf_counter())
+        phase(f"script: {len(seen)} optimizer steps done")
+        if len(seen) >= INSPECT_STEPS:
+            raise ScriptStop("done")
+
+    path, device_type = Path(spec.workload), torch.device(spec.device).type
+    hooks = Hooks(path, spec.settings, device_type, apply_knobs=False, mapped=set(maps), train_site=None,
+                  on_step=on_step)
+    hooks.group = group_mod.GroupHooks(spec.settings, device_type, False, set(maps), 1, up_front=torchrun_env)
+    phase(f"script: running it, {BEFORE_FIRST_STEP}")
+    cwd, mirror = working_folder(spec.script)
+    run = ScriptRun(path, list(spec.script.get("args") or []), cwd, mirror)
+    hooks.install()
+    try:
+        how, what = run.run()
+    finally:
+        hooks.remove()
+        hooks.group.close()
+    return hooks, run, how, what, seen, mirror
 
 
 def _where_it_ran(exc: BaseException, script: dict[str, Any]) -> str:
