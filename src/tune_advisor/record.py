@@ -57,9 +57,26 @@ class Figure(Throughput):
     runs: list[str] = []
 
 
+class EnergyFigure(Part):
+    """Joules per item for one side's settings: the median over its runs whose window read the energy counter."""
+
+    median: Optional[float] = None
+    runs: list[str] = []
+
+
+class EnergyFigures(Part):
+    """The GPU's energy per item for the baseline and the recommendation, and their ratio (planner/figures.py)."""
+
+    unit: Optional[str] = None  # "J/sample", "J/token": joules per the probe's item
+    baseline: Optional[EnergyFigure] = None
+    recommended: Optional[EnergyFigure] = None
+    ratio: Optional[float] = None  # the recommendation's over the baseline's
+
+
 class Figures(Part):
     baseline: Optional[Figure] = None
     recommended: Optional[Figure] = None
+    energy: Optional[EnergyFigures] = None
 
 
 class Later(Part):
@@ -97,10 +114,22 @@ class Loss(Part):
     finite: Optional[bool] = None
 
 
+class Energy(Part):
+    """The GPU's energy counter over the measured window (collectors/nvml.py window_energy): figures null where
+    absent, with `status` saying why."""
+
+    status: str = ""  # "ok", or "absent: why"
+    joules: Optional[float] = None
+    joules_per_item: Optional[float] = None
+    items: Optional[float] = None
+    window_s: Optional[float] = None
+
+
 class GpuRank(Part):
     """One rank's own GPU, in a DDP probe."""
 
     util_mean: Optional[float] = None  # percent
+    energy: Optional[Energy] = None
 
 
 class Gpu(Part):
@@ -109,6 +138,7 @@ class Gpu(Part):
     util_mean: Optional[float] = None  # percent, 0-100
     timeline: Optional[dict[str, list[Optional[float]]]] = None  # equal-length columns: t_s, util, mem_gib, ...
     ranks: Optional[list[Optional[GpuRank]]] = None
+    energy: Optional[Energy] = None  # a DDP probe's: every rank's GPU summed
 
 
 class Lockstep(Part):
@@ -259,12 +289,44 @@ class Workload(Part):
     script: Optional[Script] = None
 
 
+class Phases(Part):
+    """Where this run's time went outside the probes, in seconds (api/facade.py); `plan_started_s` is the elapsed
+    time when the plan began, the others durations."""
+
+    inspection_s: Optional[float] = None
+    calibration_s: Optional[float] = None
+    plan_started_s: Optional[float] = None
+    plan_s: Optional[float] = None
+    rules_s: Optional[float] = None
+    reports_s: Optional[float] = None
+
+
 class Budget(Part):
     limit_s: Optional[float] = None
     used_s: Optional[float] = None
     probes_run: Optional[int] = None
     unexplored: list[str] = []
     memory_budget_bytes: Optional[int] = None
+    first_provisional_s: Optional[float] = None  # when the plan first kept settings other than the baseline's
+    phases: Optional[Phases] = None
+
+
+class BestGain(Part):
+    """A gain over the baseline as the plan measured it: median and 95% CI [low, high]; null: not measurable."""
+
+    median: Optional[float] = None
+    ci: list[Optional[float]] = Field(default_factory=list, max_length=2)
+
+
+class BestSoFar(Part):
+    """The plan's best so far (api/facade.py): provisional while the run goes on, and what an interrupted run
+    leaves; never confirmed. A complete run has none: its recommendation is the answer."""
+
+    probe: str
+    changes: dict[str, Any] = {}
+    gain: BestGain = Field(default_factory=BestGain)
+    confirmed: Literal[False] = False
+    elapsed_s: Optional[float] = None  # when the plan kept it (absent in files written before it)
 
 
 class Distributed(Part):
@@ -345,6 +407,7 @@ class Document(Part):
     figures: Optional[Figures] = None
     notes: list[str] = []
     plan: Plan = Field(default_factory=Plan)
+    best_so_far: Optional[BestSoFar] = None
 
 
 def parse(document: dict[str, Any]) -> Document:

@@ -85,6 +85,21 @@ class RunRecord:
         """Which of the interrupted run's probes this run reused, and which it discarded (ids)."""
         self.document["run"]["resumed"].append({"reused": list(reused), "discarded": list(discarded)})
 
+    def provisional(self, best: dict[str, Any] | None) -> None:
+        """The plan's best so far while the run goes on (`best_so_far`: provisional, not confirmed; None before the
+        baseline measured), written by the next `save`. The first one that changes something also sets
+        `budget.first_provisional_s`, which the complete document keeps."""
+        if best is None:
+            self.document.pop("best_so_far", None)
+            return
+        self.document["best_so_far"] = best
+        if best["changes"] and self.document["budget"].get("first_provisional_s") is None:
+            self.document["budget"]["first_provisional_s"] = best.get("elapsed_s")
+
+    def phase(self, name: str, seconds: float) -> None:
+        """How long a part of the run outside the probes took (`budget.phases`: inspection_s, calibration_s, ...)."""
+        self.document["budget"].setdefault("phases", {})[name] = round(seconds, 3)
+
     def interrupted(self, notes: list[str], best: dict[str, Any] | None = None) -> None:
         """Stopped (Ctrl-C) before a recommendation: the probes that finished stay, and `best`, the plan's best so far
         (`best_so_far`: a candidate, not confirmed), where the baseline had measured."""
@@ -97,8 +112,10 @@ class RunRecord:
 
     def complete(self, *, baseline: dict[str, Any], recommended: dict[str, Any], speedup: dict[str, Any] | None,
                  figures: dict[str, Any], notes: list[str], plan: dict[str, Any]) -> None:
-        """The recommendation and how it was found; the findings, which the rules derive from it, follow."""
+        """The recommendation and how it was found; the findings, which the rules derive from it, follow. The
+        provisional best so far goes: the recommendation is the answer now."""
         self.document["run"]["state"] = "complete"
+        self.document.pop("best_so_far", None)
         self.document.update(baseline=baseline, recommended=recommended, speedup=speedup, figures=figures,
                              notes=notes, plan=plan)
 
@@ -116,14 +133,18 @@ class RunRecord:
         write_atomic(self.path, self.document)
 
 
-def best_so_far(baseline: ProbeResult, best: ProbeResult, gain: tuple[float, float, float]) -> dict[str, Any]:
-    """An interrupted run's best so far (results.json `best_so_far`): the probe, what it changes from the baseline,
-    its measured gain (`gain`: median and 95% CI of best/baseline throughput; null where not measurable) and
-    `confirmed: false`: no confirmation measured it again beside the baseline. The baseline itself where nothing
+def best_so_far(baseline: ProbeResult, best: ProbeResult, gain: tuple[float, float, float],
+                elapsed_s: float | None = None) -> dict[str, Any]:
+    """The plan's best so far (results.json `best_so_far`), provisional while the run goes on and what an interrupted
+    run leaves: the probe, what it changes from the baseline, its measured gain (`gain`: median and 95% CI of
+    best/baseline throughput; null where not measurable), `confirmed: false` (no confirmation measured it again
+    beside the baseline) and `elapsed_s`, when the plan kept it, where given. The baseline itself where nothing
     beat it yet (no changes, gain 1)."""
     changes = {k: v for k, v in best.settings.items() if baseline.settings.get(k) != v}
     median, low, high = (None if value != value else round(value, 4) for value in gain)  # NaN: null
-    return {"probe": best.id, "changes": changes, "gain": {"median": median, "ci": [low, high]}, "confirmed": False}
+    found = {} if elapsed_s is None else {"elapsed_s": round(elapsed_s, 3)}
+    return {"probe": best.id, "changes": changes, "gain": {"median": median, "ci": [low, high]}, "confirmed": False,
+            **found}
 
 
 def write_atomic(path: Path, document: dict[str, Any]) -> None:

@@ -28,7 +28,7 @@ from ..script import flags
 from ..results import RunRecord
 from .inspection import INSPECT_TIMEOUT_S, Inspection, device_facts, inspect_workload
 from .observer import AnalysisObserver, SilentObserver
-from .options import AnalyzeOptions
+from .options import AnalyzeOptions, memory_headroom
 
 
 @dataclass
@@ -77,16 +77,24 @@ def analyze(path: str | Path, options: AnalyzeOptions | None = None,
         script = script_mode(path, options, layout)
         inspect_s = budget.inspection_limit(options.budget, INSPECT_TIMEOUT_S,
                                             None if script is None else options.probe_timeout)
+        inspecting = time.monotonic()
         info = inspect_workload(path, device, workdir, inspect_s, script=script, as_workload=script is None)
+        inspected_s = time.monotonic() - inspecting
         memory = _memory_budget(options.max_memory, previous, device)
         record = _start_record(path, out_dir, options, info, device, layout, memory, previous)
+        record.phase("inspection_s", inspected_s)
         backend = remote or executors.local_backend(device, layout, workdir, memory)
         session = _session(record, backend, ProbeSpecs(info, device, layout, options, observer), options.budget,
-                           started, finished, observer)
+                           started, finished, observer, options.session_drift)
+        record.phase("plan_started_s", time.monotonic() - started)  # this process's, resumed or not
         observer.on_start(info, session)
+        capacity, margin = memory_headroom(options.max_memory, options.memory_margin,
+                                           record.document["environment"].get("gpu"))
         ctx = PlanContext(baseline=info.baseline, search=info.search, workload=info.facts,
                           device=replace(device_facts(device), world_size=launch.world_size(layout)),
-                          memory_budget_bytes=memory, explore=options.only_knobs or None)
+                          memory_budget_bytes=memory, explore=options.only_knobs or None,
+                          memory_capacity_bytes=capacity, memory_margin_bytes=margin)
+        planning = time.monotonic()
         try:
             outcome = plan(ctx, session, options.strategy)
         except KeyboardInterrupt:  # the running probe's group is killed already (probe.runner); keep what finished
@@ -97,16 +105,21 @@ def analyze(path: str | Path, options: AnalyzeOptions | None = None,
             raise
         finally:
             backend.close()
+        record.phase("plan_s", time.monotonic() - planning)
         _complete(record, outcome, session, options, resuming=previous is not None)
+        reporting = time.monotonic()
         write_reports(record.document, out_dir, options.cost_per_hour)
+        record.phase("reports_s", time.monotonic() - reporting)  # saved after the reports, which do not show it
+        record.save()
         return Analysis(outcome.baseline, outcome.recommended, outcome.speedup, outcome.probes, outcome.notes,
                         outcome.unexplored, out_dir, record.document)
 
 
 def script_mode(path: str | Path, options: AnalyzeOptions, layout: dict[str, Any] | None) -> dict[str, Any] | None:
     """The spec's `script` when the file is a plain training script (workload.is_script, or --script/--workload),
-    else None; UsageError for script arguments given to a workload file, or a DDP script. `home`: the caller's
-    folder, which the script sees as its working directory (script/cwd.py)."""
+    else None; UsageError for script arguments given to a workload file. `home`: the caller's folder, which the
+    script sees as its working directory (script/mirror.py); `world_size`: the ranks of a script written for
+    torchrun (--nproc-per-node), which joins their group itself."""
     resolved = workload_mod.check_file(path)
     as_script = workload_mod.is_script(resolved) if options.as_script is None else options.as_script
     if not as_script:
@@ -115,11 +128,9 @@ def script_mode(path: str | Path, options: AnalyzeOptions, layout: dict[str, Any
                              "taking no arguments), so it takes no arguments after --; arguments after -- are for a "
                              f"plain training script: add {workload_mod.FORCE_SCRIPT} to run it as one")
         return None
-    if layout is not None:
-        raise UsageError("script mode measures one process: --nproc-per-node/--nnodes need a build_model() "
-                         "workload")
     return {"args": list(options.script_args), "map": flags.maps_to_json(options.maps),
-            "cwd": None if options.script_cwd is None else str(options.script_cwd), "home": os.getcwd()}
+            "cwd": None if options.script_cwd is None else str(options.script_cwd), "home": os.getcwd(),
+            "world_size": launch.world_size(layout)}
 
 
 def default_out_dir(path: str | Path) -> Path:
@@ -204,7 +215,9 @@ def _start_record(path: str | Path, out_dir: Path, options: AnalyzeOptions, info
         record.continues(previous)
     # The roofline for MFU: measured once per machine and cached; children only read the cache. It counts
     # against the budget like everything else the user waits for, so it gets a small share of it.
+    calibrating = time.monotonic()
     record.set_peaks(*flops.ensure_peaks(device, timeout_s=budget.calibration_limit(options.budget)))
+    record.phase("calibration_s", time.monotonic() - calibrating)
     if previous is None or not previous["probes"]:  # resuming, it keeps them until the replay is over
         record.save()
     return record
@@ -233,25 +246,45 @@ class ProbeSpecs:
                          budget_left_s=limits.left_s, script=self.info.script)
 
 
-def _session(record: RunRecord, backend: ProbeBackend, specs: ProbeSpecs, budget_s: float | None, started: float,
-             finished: list[tuple[ProbeResult, float, dict]], observer: AnalysisObserver) -> Session:
-    """The planner's session, probes through `backend`: each finished one is recorded, saved (not while a resumed
-    run's probes are replayed: the file on disk holds them already) and shown to the observer."""
+def _session(record: RunRecord, backend: ProbeBackend, make_spec: Callable[..., ProbeSpec], budget_s: float | None,
+             started: float, finished: list[tuple[ProbeResult, float, dict]], observer: AnalysisObserver,
+             session_drift: float | None = None, clock: Callable[[], float] = time.monotonic) -> Session:
+    """The planner's session, probes through `backend` (`make_spec`: ProbeSpecs): each finished one is recorded,
+    saved (not while a resumed run's probes are replayed: the file on disk holds them already) and shown to the
+    observer. The plan's best so far is saved with it, provisional (`best_so_far`), and again as soon as the plan
+    keeps a new best, so the file holds a recommendation, with its measured gain, long before the confirmation."""
     saved = {id(result): entry for result, _, entry in finished}  # replayed probes are saved as they were
 
     def recorded(result: ProbeResult) -> None:
         elapsed = round(session.budget.elapsed(), 3)
         record.add_probe(saved.get(id(result)) or {**result.to_dict(), "elapsed_s": elapsed})
         record.spent(used_s=elapsed, probes_run=len(session.ledger.probes), unexplored=session.ledger.unexplored)
+        _provisional(record, session)  # a probe of the baseline's or the best's settings refines its gain
         if not session.ledger.replaying:
             record.save()
         observer.on_probe(result, session)
 
+    def kept(best: ProbeResult) -> None:
+        _provisional(record, session)
+        if not session.ledger.replaying:
+            record.save()
+
     # The budget ends when the last file is written: the planner stops where rules and reports still fit.
-    session = Session(backend, budget.planning_limit(budget_s), on_probe=recorded, started=started,
-                      finished=[(result, elapsed) for result, elapsed, _ in finished], make_spec=specs,
-                      session_drift=specs.options.session_drift)
+    session = Session(backend, budget.planning_limit(budget_s), on_probe=recorded, clock=clock, started=started,
+                      finished=[(result, elapsed) for result, elapsed, _ in finished], make_spec=make_spec,
+                      session_drift=session_drift)
+    session.ledger.on_best = kept
     return session
+
+
+def _provisional(record: RunRecord, session: Session) -> None:
+    """The plan's best so far into the record (`best_so_far`, provisional): when it was kept is the time the record
+    first saw that probe as the best, kept from one update to the next."""
+    current = record.document.get("best_so_far") or {}
+    best = _best_so_far(session.ledger, session.budget.elapsed())
+    if best is not None and best["probe"] == current.get("probe") and "elapsed_s" in current:
+        best["elapsed_s"] = current["elapsed_s"]
+    record.provisional(best)
 
 
 def _interrupted(record: RunRecord, session: Session, resuming: bool) -> None:
@@ -259,20 +292,22 @@ def _interrupted(record: RunRecord, session: Session, resuming: bool) -> None:
     ledger = session.ledger
     if resuming:
         record.resumed([p.id for p in ledger.reused], [p.id for p in ledger.discarded])
+    _provisional(record, session)  # with the gain every finished probe gives it
     record.interrupted([f"interrupted after {len(ledger.probes)} probes, before a recommendation; "
-                        "`tune-advisor analyze --resume` continues the run"], _best_so_far(ledger))
+                        "`tune-advisor analyze --resume` continues the run"], record.document.get("best_so_far"))
     record.save()
 
 
-def _best_so_far(ledger: ProbeLedger) -> dict[str, Any] | None:
-    """The plan's best when it was interrupted, with its gain as the plan measured it (not confirmed; issue 21):
-    None before the baseline measured."""
+def _best_so_far(ledger: ProbeLedger, elapsed_s: float | None = None) -> dict[str, Any] | None:
+    """The plan's best so far, with its gain over the baseline as the plan measured it (not confirmed; issue 21):
+    provisional while the run goes on, what an interrupted run leaves; `elapsed_s`: when it was found. The baseline
+    itself while nothing beat it; None before the baseline measured."""
     base, best = ledger.baseline, ledger.best
     if base is None or not base.ok:
         return None
     if best is None or not best.ok or best.settings == base.settings:
-        return results.best_so_far(base, base, (1.0, 1.0, 1.0))
-    return results.best_so_far(base, best, compare.gain(ledger, base, best))
+        return results.best_so_far(base, base, (1.0, 1.0, 1.0), elapsed_s)
+    return results.best_so_far(base, best, compare.gain(ledger, base, best), elapsed_s)
 
 
 def _complete(record: RunRecord, outcome: Outcome, session: Session, options: AnalyzeOptions,
@@ -290,13 +325,17 @@ def _complete(record: RunRecord, outcome: Outcome, session: Session, options: An
         extra = record.document["workload"]["facts"].get("extra") or {}
         outcome.notes.extend(flags.script_notes(extra.get("script") or {}, record.document["probes"]))
     unit = outcome.baseline.unit
+    shown = figures.figures(ledger.probes, outcome.baseline.settings, outcome.recommended.settings, outcome.speedup,
+                            unit, session.session_drift)
+    energy = figures.energy(ledger.probes, outcome.baseline.settings, outcome.recommended.settings, unit)
     record.complete(baseline=outcome.baseline.to_dict(), recommended=outcome.recommended.to_dict(),
                     speedup=outcome.speedup,
-                    # both settings' best-founded throughputs, on one level with the speedup
-                    figures=figures.figures(ledger.probes, outcome.baseline.settings, outcome.recommended.settings,
-                                            outcome.speedup, unit, session.session_drift),
+                    # both settings' best-founded throughputs, on one level with the speedup; GPU energy per item
+                    figures={**shown, "energy": energy} if energy is not None else shown,
                     notes=outcome.notes, plan=outcome.plan_summary())
+    ruling = time.monotonic()
     record.set_findings(rules.evaluate(record.document, options.select, options.ignore))
+    record.phase("rules_s", time.monotonic() - ruling)
     record.spent(used_s=round(session.budget.elapsed(), 3), probes_run=len(ledger.probes),
                  unexplored=outcome.unexplored)
     record.save()

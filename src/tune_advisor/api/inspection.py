@@ -54,8 +54,10 @@ def inspect_workload(path: str | Path, device: str, workdir: Path,
     if script is None:
         return Inspection(**seen, optional=result["optional"], framework=result.get("framework"))
     loader = result["script"].get("loader") or {}
+    # torchrun_env: a script that reads torchrun's variables itself runs with those of a world of one
     return Inspection(**seen, optional=[], script={**script, "baseline": seen["baseline"],
-                                                   "loader_site": loader.get("site")})
+                                                   "loader_site": loader.get("site"),
+                                                   "torchrun_env": bool(result["script"].get("torchrun_env"))})
 
 
 def _inspected(shown: str, spec: ProbeSpec, run, is_script: bool) -> dict[str, Any]:

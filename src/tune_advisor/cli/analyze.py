@@ -21,18 +21,21 @@ from ._common import EXIT_INTERRUPTED, command_line, err, handle_errors, out as 
 
 
 def best_so_far(session) -> str:
-    """The current best settings and their gain over the baseline, as the planner measured it so far."""
+    """The plan's best settings so far and their gain over the baseline with its 95% CI, as the planner measured
+    it: provisional (results.json `best_so_far`) until the confirmation measures it again; '' while the baseline is
+    the best."""
     ledger = session.ledger if session is not None else None
     base, best = (ledger.baseline, ledger.best) if ledger is not None else (None, None)
     if base is None or best is None or best.settings == base.settings or not (base.ok and best.ok):
         return ""
-    gain = compare.describe_gain(ledger, base, best)
-    return f" · best so far: {knobs.describe(best.settings, base.settings)} at {gain}"
+    median, low, high = compare.gain(ledger, base, best)
+    gain = "gain not measurable yet" if median != median else f"{median:.2f}x [{low:.2f}, {high:.2f}]"
+    return f" · provisional: {knobs.describe(best.settings, base.settings)} · {gain}"
 
 
 class LiveOutput(api.SilentObserver):
-    """analyze's live output on stderr: one status line (elapsed of the budget, probes done, the best so far and
-    its gain); `verbose` adds the workload and a line per finished probe; notices about resuming unless `quiet`.
+    """analyze's live output on stderr: one status line (elapsed of the budget, probes done, the provisional best
+    and its gain); `verbose` adds the workload and a line per finished probe; notices about resuming unless `quiet`.
     `show` False (--quiet, --json): no status line either."""
 
     def __init__(self, file: Path, budget_s: float | None, show: bool, quiet: bool, verbose: bool = False):
@@ -63,7 +66,7 @@ class LiveOutput(api.SilentObserver):
             err.print(message, markup=False)
 
     def _update(self, running: str = "") -> None:
-        """The one status line: elapsed of the budget, probes done, the best so far with its gain."""
+        """The one status line: elapsed of the budget, probes done, the provisional best with its gain."""
         if self.status is None:
             return
         elapsed = time.monotonic() - self.started
@@ -106,6 +109,9 @@ def command(
     probe_timeout: str = typer.Option("120s", help="Wall-clock limit of each probe."),
     max_memory: Optional[str] = typer.Option(None, help="Memory budget for the batch ladder (e.g. 8GiB) "
                                                         "[default on CPU: 80% of the memory available]."),
+    memory_margin: str = typer.Option("10%", help="Memory the recommended batch must leave free: a share of the "
+                                                  "memory (--max-memory, else the GPU's) or a size (e.g. 4GiB); a "
+                                                  "batch peaking inside it gives way to the next one down."),
     min_time: float = typer.Option(1.0, help="Measure each probe at least this many seconds after warm-up."),
     min_steps: int = typer.Option(10, help="Measure each probe at least this many steps after warm-up."),
     warmup: int = typer.Option(3, help="Warm-up steps excluded from the timing."),
@@ -149,6 +155,7 @@ def command(
     """Plan and run probes over the knobs, recommend the fastest settings, and save results.json."""
     options = api.AnalyzeOptions(
         out=out, device=device, budget=budget, probe_timeout=probe_timeout, max_memory=max_memory,
+        memory_margin=memory_margin,
         protocol=Protocol(warmup_steps=warmup, min_steps=min_steps, min_time_s=min_time), seed=seed,
         strategy=strategy,
         only_knobs=[k.strip() for item in only_knobs or [] for k in item.split(",") if k.strip()] or None,

@@ -61,6 +61,7 @@ class ProbeLedger:
         self._keeps: dict[str, dict[str, Any]] = {}  # knob -> the search's keep of it (note_keep)
         self._baseline: ProbeResult | None = None
         self._best: ProbeResult | None = None
+        self.on_best: Callable[[ProbeResult], None] | None = None  # hears of each best kept (analyze saves it)
 
     # --- numbering and reuse --------------------------------------------------------------------------------------
 
@@ -143,6 +144,8 @@ class ProbeLedger:
     def keep_best(self, best: ProbeResult) -> None:
         """The best settings so far: the confirmation's cost is reckoned between them and the baseline."""
         self._best = best
+        if self.on_best:
+            self.on_best(best)
 
     # --- reading --------------------------------------------------------------------------------------------------
 

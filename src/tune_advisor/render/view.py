@@ -97,6 +97,54 @@ class Setting:
 
 
 @dataclass
+class Energy:
+    """The GPU's energy per item of the baseline and the recommendation (results.json `figures.energy`), shown only
+    where both were measured: one clause of the verdict, one row of the figures, one line of how it was measured."""
+
+    item: str  # what one item is: "sample", "token"
+    baseline_j: float  # joules per item
+    recommended_j: float
+    ratio: float  # the recommendation's over the baseline's
+    runs: tuple[list[str], list[str]]  # the probes each median is over
+
+    @property
+    def label(self) -> str:
+        return f"energy per {self.item}"
+
+    @property
+    def change(self) -> str:
+        """'312 → 253 mJ': both sides in one unit, the larger's."""
+        scale, unit = next(((s, u) for s, u in ((1.0, "J"), (1e-3, "mJ"), (1e-6, "µJ"))
+                            if max(self.baseline_j, self.recommended_j) >= s), (1e-6, "µJ"))
+        return f"{_sig(self.baseline_j / scale)} → {_sig(self.recommended_j / scale)} {unit}"
+
+    @property
+    def clause(self) -> str:
+        return f"{self.ratio:.2f}x the energy per {self.item} ({self.change})"
+
+    @property
+    def how(self) -> str:
+        base, rec = self.runs
+        return (f"the GPU's energy counter (NVML) over each measured window, per {self.item}: the median of the "
+                f"baseline's {_count(base)} ({', '.join(base)}) and of the recommendation's {_count(rec)} "
+                f"({', '.join(rec)}), measured alone; the whole board's energy, other processes on the GPU included")
+
+    @property
+    def shown(self) -> str:
+        """Both figures as a report shows them (consistency.shown_contradictions compares every place)."""
+        return f"{self.baseline_j:.3g} {self.recommended_j:.3g}"
+
+
+def _sig(value: float) -> str:
+    """Three significant digits without an exponent (values from 1 to 999 after scaling)."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def _count(runs: list[str]) -> str:
+    return f"{len(runs)} run{'s' if len(runs) != 1 else ''}"
+
+
+@dataclass
 class Finding:
     code: str
     name: str
@@ -156,6 +204,7 @@ class Report:
     epoch: list[tuple[str, str]] = field(default_factory=list)  # (what, "before → after"): throughput, epoch, cost
     settings_rows: list[Setting] = field(default_factory=list)  # the knobs that apply here
     mfu: list[tuple[str, str]] = field(default_factory=list)  # (side, MFU or why it was not measured)
+    energy: Energy | None = None  # GPU energy per item of both sides, where both were measured
 
     @property
     def baseline_ok(self) -> bool:
@@ -182,6 +231,7 @@ def build(document: record.Document | Mapping[str, Any], cost_per_hour: float | 
     findings = [_in_framework(_finding(f, doc, changes), base_settings, framework) for f in doc.findings]
     figures = {side: _figure(doc, side) for side in ("baseline", "recommended")}
     batch_note = _batch_note(base_settings, changes, workload.facts.dataset_len, framework)
+    energy = _energy(doc, changes)
     return Report(
         document=doc,
         title=_title(workload),
@@ -190,7 +240,7 @@ def build(document: record.Document | Mapping[str, Any], cost_per_hour: float | 
         recommended=recommended,
         changes=changes,
         speedup=_speedup(doc.speedup),
-        verdict=_verdict(baseline, recommended, changes, probes, doc.speedup, (doc.model_extra or {}).get("best_so_far")),
+        verdict=_verdict(baseline, recommended, changes, probes, doc.speedup, doc.best_so_far, energy),
         snippet=_snippet(recommended, base_settings, framework) if changes else None,
         batch_note=batch_note,
         findings=sorted(findings, key=_finding_order),
@@ -214,11 +264,13 @@ def build(document: record.Document | Mapping[str, Any], cost_per_hour: float | 
         version=doc.tool.version if doc.tool is not None else "",
         run_command=run_command[0],
         run_command_rest=run_command[1],
-        headline=_headline(changes, doc.speedup, is_ok(baseline) and is_ok(recommended)),
+        headline=_headline(changes, doc.speedup, is_ok(baseline) and is_ok(recommended), energy),
         caveat=_caveat(changes, batch_note, doc.notes),
-        epoch=_epoch(figures, workload.facts.dataset_len, unit, cost_per_hour) if changes else [],
+        epoch=(_epoch(figures, workload.facts.dataset_len, unit, cost_per_hour)
+               + ([(energy.label, energy.change)] if energy else [])) if changes else [],
         settings_rows=_settings_rows(doc, base_settings, recommended.settings if is_ok(recommended) else None),
         mfu=_mfu(baseline, recommended, changes),
+        energy=energy,
     )
 
 
@@ -253,7 +305,8 @@ def _title(workload: record.Workload) -> str:
 
 
 def _verdict(baseline: record.Probe | None, recommended: record.Probe | None, changes: dict,
-             probes: list[record.Probe], speedup: record.Speedup | None, best: Any = None) -> str:
+             probes: list[record.Probe], speedup: record.Speedup | None, best: record.BestSoFar | None = None,
+             energy: Energy | None = None) -> str:
     if baseline is None:
         return ("No baseline measurement: the run stopped before its first probe finished." if not probes else
                 "No baseline probe in this file.")
@@ -270,33 +323,38 @@ def _verdict(baseline: record.Probe | None, recommended: record.Probe | None, ch
     if not changes:
         return "Keep your settings: no change beat the baseline by more than the measured noise."
     if speedup is not None and speedup.median is not None:
+        if energy is not None:  # the energy figure comes from runs alone, not from the confirmation's rounds
+            return (f"Change {knobs.describe(changes)}: {fmt_speedup(plain(speedup))} faster and {energy.clause}; "
+                    f"the speedup confirmed by measuring baseline and recommended again, "
+                    f"{_rounds_kind(speedup.method)}.")
         return (f"Change {knobs.describe(changes)}: {fmt_speedup(plain(speedup))} faster, confirmed by measuring "
                 f"baseline and recommended again, {_rounds_kind(speedup.method)}.")
     return f"Change {knobs.describe(changes)} (not confirmed by measuring it again beside the baseline)."
 
 
-def _best_so_far(best: Any) -> str:
-    """An interrupted run's best so far (results.json `best_so_far`), marked as not confirmed; '' where none."""
-    if not isinstance(best, dict) or not isinstance(best.get("changes"), dict):
+def _best_so_far(best: record.BestSoFar | None) -> str:
+    """A stopped run's best so far (results.json `best_so_far`), marked as not confirmed; '' where none."""
+    if best is None:
         return ""
-    if not best["changes"]:
+    if not best.changes:
         return " Nothing had beaten the baseline when it stopped."
-    gain = best.get("gain") if isinstance(best.get("gain"), dict) else {}
-    ci = gain.get("ci") if isinstance(gain.get("ci"), list) and len(gain["ci"]) == 2 else [None, None]
-    measured = fmt_speedup({"median": gain.get("median"), "ci_low": ci[0], "ci_high": ci[1]})
-    return (f" Best so far, not confirmed: {knobs.describe(best['changes'])}, {measured} against the baseline "
-            f"({best.get('probe') or 'probe'}); resume with --resume to confirm it.")
+    ci = best.gain.ci if len(best.gain.ci) == 2 else [None, None]
+    measured = fmt_speedup({"median": best.gain.median, "ci_low": ci[0], "ci_high": ci[1]})
+    return (f" Best so far, not confirmed: {knobs.describe(best.changes)}, {measured} against the baseline "
+            f"({best.probe}); resume with --resume to confirm it.")
 
 
-def _headline(changes: dict, speedup: record.Speedup | None, measured: bool) -> str:
+def _headline(changes: dict, speedup: record.Speedup | None, measured: bool, energy: Energy | None = None) -> str:
     """The verdict in one sentence for a run with a measured recommendation: what to change, how much faster
-    (the confirmed speedup and its 95% CI). Empty where the verdict itself says what happened."""
+    (the confirmed speedup and its 95% CI), and what it does to the GPU's energy per item where both sides read it.
+    Empty where the verdict itself says what happened."""
     if not measured or not changes:
         return ""
     if speedup is not None and speedup.median is not None:
         ci = (f" (95% CI {speedup.ci_low:.2f}–{speedup.ci_high:.2f})"
               if speedup.ci_low is not None and speedup.ci_high is not None else "")
-        return f"Change {knobs.describe(changes)}: {speedup.median:.2f}x faster{ci}."
+        return f"Change {knobs.describe(changes)}: {speedup.median:.2f}x faster{ci}" + \
+            (f" and {energy.clause}." if energy is not None else ".")
     return f"Change {knobs.describe(changes)}: not yet confirmed by measuring it again beside the baseline."
 
 
@@ -310,6 +368,20 @@ def _caveat(changes: dict, batch_note: str | None, notes: list[str]) -> str | No
     if batch_note and "batch_size" in changes and "optimisation is unchanged" not in batch_note:
         return batch_note.split(". ")[0].rstrip(".") + "."
     return None
+
+
+def _energy(doc: record.Document, changes: dict) -> Energy | None:
+    """The GPU's energy per item of both sides (results.json `figures.energy`), where both were measured and the
+    recommendation changes something."""
+    energy = doc.figures.energy if doc.figures is not None else None
+    if not changes or energy is None or energy.baseline is None or energy.recommended is None:
+        return None
+    base, rec = energy.baseline.median, energy.recommended.median
+    if not (base and rec and base > 0 and rec > 0):
+        return None
+    ratio = energy.ratio if energy.ratio is not None and energy.ratio > 0 else rec / base
+    item = (energy.unit or "J/sample").split("/", 1)[-1] or "sample"
+    return Energy(item, base, rec, ratio, (list(energy.baseline.runs), list(energy.recommended.runs)))
 
 
 def _epoch(figures: dict[str, dict], dataset_len: int | None, unit: str,
