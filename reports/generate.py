@@ -26,11 +26,30 @@ SCRIPTS = {
                   ["--map", "batch_size=--batch-size", "--map", "num_workers=--workers", "--map",
                    "amp=--precision:bf16"],
                   ["--epochs", "5", "--lr", "3e-4"]),
+    # Code as people write it (issue 59), from the integration tests' workloads: a script naming its helpers
+    # build_model(args) and collate_fn; a nanoGPT-style one run from its folder (exec of configurator.py, data/ read
+    # by relative path, --key=value flags, no DataLoader); Hydra-style key=value overrides; one written for torchrun.
+    "script_helper_names": ("tests/workloads/scripts/helper_names.py", [], ["--epochs", "200"]),
+    "script_configurator": ("tests/workloads/scripts/configurator_style/train.py",
+                            ["--script-cwd", "tests/workloads/scripts/configurator_style",
+                             "--map", "batch_size=--batch_size="],
+                            ["config/tiny.py", "--batch_size=12"]),
+    "script_hydra": ("tests/workloads/scripts/hydra_style.py", ["--map", "batch_size=training.batch_size="],
+                     ["training.epochs=200", "training.batch_size=8"]),
+    "script_torchrun": ("tests/workloads/scripts/ddp_script.py",
+                        ["--nproc-per-node", "2", "--map", "batch_size=--batch-size"], ["--steps", "100000"]),
+}
+# Frameworks' objects as written (issue 59): a LightningModule with manual optimization and two optimizers, one
+# reading self.trainer with a per-step schedule, a Trainer subclass with its own compute_loss.
+WORKLOADS = {
+    "lightning_gan": "tests/workloads/tiny_gan.py",
+    "lightning_scheduled": "tests/workloads/tiny_scheduled.py",
+    "hf_compute_loss": "tests/workloads/tiny_compute_loss.py",
 }
 
 
 def fixtures() -> list[str]:
-    return sorted([*(p.stem for p in FIXTURES.glob("*.py")), *SCRIPTS])
+    return sorted([*(p.stem for p in FIXTURES.glob("*.py")), *SCRIPTS, *WORKLOADS])
 
 
 def tune_advisor(*args: str) -> int:
@@ -53,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         out = REPORTS / name
         started = time.monotonic()
         # Paths relative to the repository, so the committed results.json records a command anyone can re-run.
-        path, options, script_args = SCRIPTS.get(name, (f"fixtures/{name}.py", [], []))
+        path, options, script_args = SCRIPTS.get(name, (WORKLOADS.get(name, f"fixtures/{name}.py"), [], []))
         options = [*options, *(["--", *script_args] if script_args else [])]
         code = tune_advisor("analyze", path, "-o", f"reports/{name}", "--budget", args.budget,
                             "--device", args.device, "--quiet", *options)

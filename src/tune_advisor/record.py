@@ -307,6 +307,7 @@ class Budget(Part):
     probes_run: Optional[int] = None
     unexplored: list[str] = []
     memory_budget_bytes: Optional[int] = None
+    memory_margin_bytes: Optional[int] = None  # --memory-margin: what the recommended batch leaves free (None: none)
     first_provisional_s: Optional[float] = None  # when the plan first kept settings other than the baseline's
     phases: Optional[Phases] = None
 

@@ -141,3 +141,18 @@ def test_an_interrupted_runs_verdict_gives_its_best_so_far_as_not_confirmed():
     doc["best_so_far"] = {"probe": "p001", "changes": {}, "gain": {"median": 1.0, "ci": [1.0, 1.0]},
                           "confirmed": False}
     assert view.build(doc).verdict.endswith("Nothing had beaten the baseline when it stopped.")
+
+
+def test_a_running_runs_verdict_says_the_run_goes_on_to_confirm_its_best_so_far():
+    # GIVEN a run still going (its results.json saved after a probe), whose best so far is batch 128
+    doc = golden("cnn")
+    doc.update(recommended=None, speedup=None)
+    doc["run"] = {"state": "running", "resumed": []}
+    doc["best_so_far"] = {"probe": "p007", "changes": {"batch_size": 128},
+                          "gain": {"median": 1.42, "ci": [1.21, 1.66]}, "confirmed": False}
+    # THEN the verdict gives it as provisional and says the run goes on, not how to resume one
+    verdict = view.build(doc).verdict
+    assert "Best so far, not confirmed: batch_size=128" in verdict and "the run goes on to confirm it" in verdict
+    assert "--resume" not in verdict
+    doc["best_so_far"].update(probe="p001", changes={})
+    assert view.build(doc).verdict.endswith("Nothing has beaten the baseline yet.")

@@ -90,6 +90,7 @@ def analyze(path: str | Path, options: AnalyzeOptions | None = None,
         observer.on_start(info, session)
         capacity, margin = memory_headroom(options.max_memory, options.memory_margin,
                                            record.document["environment"].get("gpu"))
+        record.document["budget"]["memory_margin_bytes"] = margin or None  # what a recommended batch leaves free
         ctx = PlanContext(baseline=info.baseline, search=info.search, workload=info.facts,
                           device=replace(device_facts(device), world_size=launch.world_size(layout)),
                           memory_budget_bytes=memory, explore=options.only_knobs or None,

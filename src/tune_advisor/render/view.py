@@ -240,7 +240,8 @@ def build(document: record.Document | Mapping[str, Any], cost_per_hour: float | 
         recommended=recommended,
         changes=changes,
         speedup=_speedup(doc.speedup),
-        verdict=_verdict(baseline, recommended, changes, probes, doc.speedup, doc.best_so_far, energy),
+        verdict=_verdict(baseline, recommended, changes, probes, doc.speedup, doc.best_so_far, energy,
+                         running=doc.run is not None and doc.run.state == "running"),
         snippet=_snippet(recommended, base_settings, framework) if changes else None,
         batch_note=batch_note,
         findings=sorted(findings, key=_finding_order),
@@ -306,7 +307,7 @@ def _title(workload: record.Workload) -> str:
 
 def _verdict(baseline: record.Probe | None, recommended: record.Probe | None, changes: dict,
              probes: list[record.Probe], speedup: record.Speedup | None, best: record.BestSoFar | None = None,
-             energy: Energy | None = None) -> str:
+             energy: Energy | None = None, running: bool = False) -> str:
     if baseline is None:
         return ("No baseline measurement: the run stopped before its first probe finished." if not probes else
                 "No baseline probe in this file.")
@@ -319,7 +320,7 @@ def _verdict(baseline: record.Probe | None, recommended: record.Probe | None, ch
                 "Nothing can be compared with it; fix the workload and run again.")
     if not is_ok(recommended):
         return "The baseline was measured; no recommendation yet (the run stopped early or is still going)." + \
-            _best_so_far(best)
+            _best_so_far(best, running)
     if not changes:
         return "Keep your settings: no change beat the baseline by more than the measured noise."
     if speedup is not None and speedup.median is not None:
@@ -332,16 +333,18 @@ def _verdict(baseline: record.Probe | None, recommended: record.Probe | None, ch
     return f"Change {knobs.describe(changes)} (not confirmed by measuring it again beside the baseline)."
 
 
-def _best_so_far(best: record.BestSoFar | None) -> str:
-    """A stopped run's best so far (results.json `best_so_far`), marked as not confirmed; '' where none."""
+def _best_so_far(best: record.BestSoFar | None, running: bool = False) -> str:
+    """A stopped or still running run's best so far (results.json `best_so_far`), marked as not confirmed; '' where
+    none."""
     if best is None:
         return ""
     if not best.changes:
-        return " Nothing had beaten the baseline when it stopped."
+        return " Nothing has beaten the baseline yet." if running else " Nothing had beaten the baseline when it stopped."
     ci = best.gain.ci if len(best.gain.ci) == 2 else [None, None]
     measured = fmt_speedup({"median": best.gain.median, "ci_low": ci[0], "ci_high": ci[1]})
+    then = "the run goes on to confirm it" if running else "resume with --resume to confirm it"
     return (f" Best so far, not confirmed: {knobs.describe(best.changes)}, {measured} against the baseline "
-            f"({best.probe}); resume with --resume to confirm it.")
+            f"({best.probe}); {then}.")
 
 
 def _headline(changes: dict, speedup: record.Speedup | None, measured: bool, energy: Energy | None = None) -> str:
