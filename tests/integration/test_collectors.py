@@ -102,9 +102,12 @@ def test_the_loading_threads_cpu_share_tells_a_cpu_bound_loader_from_one_waiting
     _, waiting = api.probe(WORKLOADS / "tiny_io.py", {}, device="cpu", protocol=THREE_STEPS,
                            workdir=tmp_path / "waiting")
     assert busy.ok and waiting.ok, (busy.error, waiting.error)
-    # THEN the planner's worker cap reads the first as CPU-bound and the second as mostly asleep
-    assert busy.extra["fetch_cpu_frac"] > 0.5
+    # THEN the planner's worker cap reads the first as CPU-bound and the second as mostly asleep: a sleeping fetch
+    # holds little of its wall time on a CPU whatever the machine does; a computing one most of it on an idle
+    # machine (0.9 and more), less where other processes want the CPUs too (it waits for one), still several times
+    # the sleeping one's
     assert waiting.extra["fetch_cpu_frac"] < 0.2
+    assert busy.extra["fetch_cpu_frac"] > max(0.25, 3 * waiting.extra["fetch_cpu_frac"])
     # AND with loader workers the main thread only waits: nothing to read
     _, workers = api.probe(WORKLOADS / "tiny_io.py", {"num_workers": 2}, device="cpu", protocol=THREE_STEPS,
                            workdir=tmp_path / "workers")

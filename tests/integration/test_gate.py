@@ -123,7 +123,8 @@ def test_baseline_then_gate_pass_and_write_every_output(cli, tmp_path, monkeypat
     # WHEN the unchanged workload is gated with checks no machine noise can trip, and CI's summary file set
     summary = tmp_path / "summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
-    result = cli("gate", TINY, "--baseline", path, "--rounds", "1", "--check", "throughput:90%",
+    # (throughput:90% warned once, on a machine running two test processes at once: the rounds a minute apart)
+    result = cli("gate", TINY, "--baseline", path, "--rounds", "1", "--check", "throughput:50%",
                  "--check", "peak_memory:100%", "--check", "throughput:>=1", "-o", tmp_path / "out",
                  "--junit", tmp_path / "gate.xml")
     # THEN it passes, and gate.json, JUnit and the step summary all carry the verdict and the numbers
@@ -135,7 +136,7 @@ def test_baseline_then_gate_pass_and_write_every_output(cli, tmp_path, monkeypat
     assert gate["checks"][0]["figures"]["ratio"]["ci_low"] > 0
     suite = list(junitparser.JUnitXml.fromfile(str(tmp_path / "gate.xml")))[0]
     assert (suite.tests, suite.failures, suite.errors) == (3, 0, 0)
-    assert "| `throughput:90%` | ✅ pass |" in summary.read_text()
+    assert "| `throughput:50%` | ✅ pass |" in summary.read_text()
 
 
 @pytest.fixture
