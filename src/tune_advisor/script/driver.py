@@ -326,12 +326,9 @@ def train(spec: ProbeSpec, phase: Callable[[str], None], out: dict[str, Any], wo
         steps.flag_batch = int(settings["batch_size"])
     phase(f"script: running it, {BEFORE_FIRST_STEP}")
     run = ScriptRun(path, argv, cwd, mirror)
-    hooks.install()
     try:
-        how, what = run.run()
+        how, what = _run_hooked(run, hooks)
     finally:
-        hooks.remove()
-        hooks.group.close()
         # Ended by itself (or failed): its measured steps so far, the ones still on the device too, are the window.
         with contextlib.suppress(ScriptStop, RuntimeError):  # a failed script's device may not answer
             steps.flush()
@@ -498,13 +495,18 @@ def _inspect_run(spec: ProbeSpec, phase: Callable[[str], None], maps: dict[str, 
     phase(f"script: running it, {BEFORE_FIRST_STEP}")
     cwd, mirror = working_folder(spec.script)
     run = ScriptRun(path, list(spec.script.get("args") or []), cwd, mirror)
+    how, what = _run_hooked(run, hooks)
+    return hooks, run, how, what, seen, mirror
+
+
+def _run_hooked(run: ScriptRun, hooks: Hooks) -> tuple[str, Any]:
+    """`run.run()` with `hooks` (and their process-group patches) in; they come out whatever happens."""
     hooks.install()
     try:
-        how, what = run.run()
+        return run.run()
     finally:
         hooks.remove()
         hooks.group.close()
-    return hooks, run, how, what, seen, mirror
 
 
 def _where_it_ran(exc: BaseException, script: dict[str, Any]) -> str:
