@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -25,6 +23,7 @@ from tune_advisor.probe.spec import ProbeSpec, Protocol
 from tune_advisor.rules import evaluate
 
 from ..fakes import FakeClock, FakeCuda, FakeGpu, FakeLoop, TimelineBackend
+from .test_lockstep import FakeProbe, run_pair
 
 GPU = DeviceFacts("cuda", tf32=True)
 HOST_BOUND = (8.0, 4.0, 4.0)  # fetch, copy, compute (ms): the host's fetch is the long pole, a copy can hide
@@ -149,17 +148,6 @@ with open(report, "w") as f:
 """
 
 
-class Child:
-    """What the conductor needs of runner.Started."""
-
-    def __init__(self, spec: ProbeSpec, proc: subprocess.Popen):
-        self.spec, self.proc, self.pid = spec, proc, proc.pid
-        self.deadline = time.monotonic() + spec.timeout_s
-
-    def kill(self, timed_out: bool = False) -> None:
-        os.killpg(self.pid, signal.SIGKILL)
-
-
 def test_a_pair_of_gpu_sides_takes_turns_of_several_steps_each_ending_on_a_last_step(tmp_path: Path):
     protocol = Protocol(min_steps=20, min_time_s=0, max_steps=200, max_time_s=10)
     channels, children = [], []
@@ -168,19 +156,8 @@ def test_a_pair_of_gpu_sides_takes_turns_of_several_steps_each_ending_on_a_last_
         spec = ProbeSpec(id=name, workload="", settings={"num_workers": 0}, protocol=protocol, timeout_s=30)
         proc = subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(channels[-1].paths), "0.001",
                                  str(tmp_path / f"{name}.json")], start_new_session=True)
-        children.append(Child(spec, proc))
-    pair = lockstep._Pair(children, channels)
-    try:
-        why, _ = pair.conduct(0)
-        for child in children:
-            child.proc.wait(timeout=30)
-    finally:
-        pair.close()
-        for channel in channels:
-            channel.close()
-        for child in children:
-            if child.proc.poll() is None:
-                child.kill()
+        children.append(FakeProbe(spec, proc))
+    why, pair = run_pair(channels, children)
     reports = {name: json.loads((tmp_path / f"{name}.json").read_text()) for name in "ab"}
     # THEN the pair measured in turns of DEVICE_TURN_STEPS, each turn's last step marked as such
     assert why == "measured" and pair.device

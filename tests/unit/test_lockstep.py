@@ -63,6 +63,24 @@ class FakeProbe:
         self.timed_out |= timed_out
 
 
+def run_pair(channels: list, probes: list, first: int = 0, match_turns: bool = False) -> tuple[str, "lockstep._Pair"]:
+    """Conduct two started children over their channels to the end, each waited for; whatever happens, the
+    channels are closed and a child still running is killed. Returns (why the pair ended, the pair)."""
+    pair = lockstep._Pair(probes, channels, match_turns=match_turns)
+    try:
+        why, _ = pair.conduct(first)
+        for probe in probes:
+            probe.proc.wait(timeout=30)
+    finally:
+        pair.close()
+        for channel in channels:
+            channel.close()
+        for probe in probes:
+            if probe.proc.poll() is None:
+                probe.kill()
+    return why, pair
+
+
 def conduct(tmp_path: Path, protocol: Protocol, first: int = 0, fail_at=(0, 0), timeout_s: float = 30,
             cycles=(1, 1), step_s=(STEP_S, STEP_S), match_turns: bool = False, record: dict | None = None):
     """Start two fake children in lockstep and conduct them (`cycles`: each side's steps per optimizer step;
@@ -77,21 +95,10 @@ def conduct(tmp_path: Path, protocol: Protocol, first: int = 0, fail_at=(0, 0), 
                                  str(cycles[side])],
                                 start_new_session=True)
         probes.append(FakeProbe(spec, proc))
-    pair = lockstep._Pair(probes, channels, match_turns=match_turns)
     started = time.monotonic()
-    try:
-        why, _ = pair.conduct(first)
-        if record is not None:
-            record["turns"] = pair.turns
-        for probe in probes:
-            probe.proc.wait(timeout=30)
-    finally:
-        pair.close()
-        for channel in channels:
-            channel.close()
-        for probe in probes:
-            if probe.proc.poll() is None:
-                probe.kill()
+    why, pair = run_pair(channels, probes, first, match_turns)
+    if record is not None:
+        record["turns"] = pair.turns
     took = time.monotonic() - started
     reports = {name: json.loads((tmp_path / f"{name}.json").read_text()) if (tmp_path / f"{name}.json").exists()
                else None for name in "ab"}
