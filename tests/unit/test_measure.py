@@ -3,7 +3,9 @@ warm-up is over, the measured window's clock, and what the record says of the wi
 
 from __future__ import annotations
 
+import gc
 import math
+import time
 
 import pytest
 
@@ -76,6 +78,29 @@ def test_the_window_counts_the_fetches_between_its_opening_and_closing_and_close
     # THEN only the window's fetches count, and its wall is the one given at the first close
     assert window.spent.wall_s == 4.0 and window.spent.fetch_wall_s == 2.0 and window.spent.fetch_cpu_s == 1.0
     assert window.sampler.status.startswith("absent")  # no NVML on the CPU, and it says why
+
+
+def test_the_window_opens_after_a_full_collection_so_start_ups_backlog_is_not_measured():
+    # GIVEN garbage cycles left from start-up, and a note of every full (generation 2) collection's end
+    class Cycle:
+        def __init__(self):
+            self.me = self
+
+    for _ in range(1000):
+        Cycle()
+    full_ends: list[float] = []
+
+    def note(phase, info):
+        if phase == "stop" and info["generation"] == 2:
+            full_ends.append(time.perf_counter())
+
+    gc.callbacks.append(note)
+    try:
+        started = Window("cpu", lambda: (0.0, 0.0)).open()
+    finally:
+        gc.callbacks.remove(note)
+    # THEN a full collection ran, and the clock the first measured step is timed from starts after it
+    assert full_ends and started >= full_ends[-1]
 
 
 def measurement(workers: int, fetch_wall_s: float, fetch_cpu_s: float, cycle: int = 1) -> Measurement:

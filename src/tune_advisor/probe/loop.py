@@ -132,7 +132,7 @@ class LoopSteps:
             if not self.warm.over(self.steps):
                 self.phase(f"framework loop: warm-up step {self.steps} done")
                 return False
-            self._begin(now)
+            self._begin()
             return self._next_turn()
         self._measured(now, wait, items, new_epoch, loss)
         if self.baton.active:  # the parent decides when both sides of the pair stop
@@ -147,10 +147,10 @@ class LoopSteps:
         add_outside_step(self.raw, self.epoch_starts, now - self.last, wait, items, loss, self.steps - 1, new_epoch)
         self.last = now
 
-    def _begin(self, now: float) -> None:
+    def _begin(self) -> None:
         self.stop = StopRule(self.spec.protocol, self.workers, self.epoch_steps, cycle=self.cycle)
         self.warm.done(self.out["extra"], self.steps, sum(self.warm.step_s))
-        self.window.open(at=now)
+        self.last = self.window.open()  # the first measured step starts here
         self.phase("framework loop: measuring")
 
     def _next_turn(self) -> bool:

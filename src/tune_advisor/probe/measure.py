@@ -9,6 +9,7 @@ measuring is window.py's StopRule. Runs only inside the child (torch is imported
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import time
 from dataclasses import dataclass
@@ -123,15 +124,22 @@ class Window:
         self.sampler: NvmlSampler | None = None
         self.spent: Spent | None = None
 
-    def open(self, at: float | None = None) -> None:
-        """Start measuring, at `at` (perf_counter seconds) or now."""
+    def open(self) -> float:
+        """Start measuring now; returns the clock's start (perf_counter seconds), where the first measured step
+        begins. A full garbage collection comes first: start-up (imports, a framework's setup) leaves a backlog
+        that makes Python's next full collection due within the first hundreds of steps, and in a process holding
+        torch and a framework it takes ~0.2 s, a once-a-run cost that would land in a short window (one such
+        collection read a 2 ms-step loop 25-45% slow; benchmarks/results/framework_fidelity.md). A long run pays
+        it once at its start, so the window is measured after it."""
+        gc.collect()
         self.sampler = NvmlSampler(self.device)
         self.sampler.start()
         self.process = psutil.Process()
         self.cpu_before = tree_cpu_seconds(self.process)
         self.fetch_before = self.fetches()
         self.sampler.mark_energy()  # beside the clock's start: energy and time cover the same steps
-        self.started = time.perf_counter() if at is None else at
+        self.started = time.perf_counter()
+        return self.started
 
     @property
     def opened(self) -> bool:

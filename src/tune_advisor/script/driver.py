@@ -240,7 +240,7 @@ class Steps:
                 now = time.perf_counter()  # the agreement is no step's time
             self.last = now
             if over:
-                self._begin(now)
+                self._begin()
                 self._next_turn()
             else:
                 self.phase(f"script: warm-up, optimizer step {self.steps} done")
@@ -286,7 +286,7 @@ class Steps:
         # at least one warm-up step: the first step's end starts the clock
         self.warm = WarmUp(self.spec.protocol.warmup_steps, self.workers, prefetch, compile_stats, minimum=1)
 
-    def _begin(self, now: float) -> None:
+    def _begin(self) -> None:
         loader = self.hooks.train_loader
         epoch_steps = None
         if self.workers > 0 and loader is not None:
@@ -297,7 +297,7 @@ class Steps:
         self.epoch_steps = epoch_steps
         self.stop = StopRule(self.spec.protocol, self.workers, epoch_steps)
         self.warm.done(self.out["extra"], self.steps, sum(self.warm.step_s))
-        self.window.open(at=now)
+        self.last = self.window.open()  # the first measured step starts here
         self.phase("script: measuring optimizer steps")
 
 
