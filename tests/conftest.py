@@ -132,7 +132,7 @@ def hostile_document() -> dict:
     doc["environment"]["device_name"] = HOSTILE
     doc["command"] = ["tune-advisor", "analyze", f"{HOSTILE}.py"]
     doc["notes"] = [HOSTILE]
-    doc["budget"]["unexplored"] = [HOSTILE]
+    doc["budget"]["unexplored"] = [HOSTILE, f"{HOSTILE}: over budget"]  # the second in the more-time line too
     failed = doc["probes"][3]
     failed.update(status="error", error=f"ValueError: {HOSTILE}", role=HOSTILE)
     for probe in [doc["recommended"], *(p for p in doc["probes"] if p["id"] in ("p012", "p017", "p019"))]:

@@ -138,6 +138,10 @@ def test_hostile_strings_stay_text_in_the_browser(browser, tmp_path):
             assert page.locator("img").count() == 0 and page.locator("img[src=x]").count() == 0
             assert page.locator("script").count() == 1
             assert "<img src=x onerror=alert(1)>" in page.locator("header").inner_text()  # shown as text
+            if path.name == "report.html":  # a setting the budget cut, named in the verdict's more-time line
+                line = page.locator("#verdict #more-time")
+                assert line.is_visible() and HOSTILE in line.inner_text()
+                assert line.locator("code").inner_text().endswith(".py' --budget 10m")
             visit.screenshot(f"hostile-{path.stem}")
         finally:
             visit.close()

@@ -8,6 +8,7 @@ import pytest
 from tune_advisor import knobs
 from tune_advisor.knobs import DeviceFacts, WorkloadFacts
 from tune_advisor.planner import PlanContext, Session, compare, figures, pairing, plan
+from tune_advisor.planner.budget import THOROUGH_S, more_time
 from tune_advisor.planner.grid import combinations
 from tune_advisor.probe.result import ProbeResult, Status
 
@@ -2004,6 +2005,51 @@ def test_a_run_the_budget_ends_says_why_each_knob_went_untried_and_never_that_an
     assert "compile: nothing measured: over budget" in outcome.decisions
     assert not any(d.startswith("compile: no value beat") for d in outcome.decisions)
     assert "compile=default: over budget" in outcome.unexplored
+
+
+def test_what_more_time_would_have_tried_is_the_budgets_cuts_never_the_plans_reasoned_skips():
+    # GIVEN 5 s probes and a 60 s budget: bf16 kept, then the budget ends the plan; num_workers, checkpointing and
+    # matmul_precision skipped for their reasons
+    outcome, _ = run_plan(cnn_rate, budget_s=60)
+    assert any(u.startswith("num_workers: the step waits for data only") for u in outcome.unexplored)
+    # THEN more time would have tried the knobs the budget cut, each once, in the plan's order, and no other
+    more = more_time([*outcome.unexplored, "compile: over budget"], 60,
+                     [p.settings for p in outcome.probes if p.ok], outcome.baseline.settings)
+    assert more.cut == more.untried == ["channels_last", "batch_size", "compile"]
+    # AND its thorough plan is the 10-minute one
+    assert (more.budget_s, more.budget) == (THOROUGH_S, "10m")
+
+
+def test_a_plan_that_ended_on_its_own_gets_no_more_time():
+    assert more_time([], 180) is None
+    assert more_time(["num_workers=8: past the throughput plateau",
+                             "num_workers: the step waits for data only 1.4% of the time",
+                             "batch_size=512: over the memory budget of 8.00 GiB"], 180) is None
+
+
+@pytest.mark.parametrize("limit_s, suggested", [(None, "10m"), (60, "10m"), (599, "10m"), (600, "20m"),
+                                                (900, "30m"), (1000, "34m")])
+def test_a_run_given_the_thorough_budget_already_is_offered_twice_its_own(limit_s, suggested):
+    assert more_time(["amp=bf16: over budget"], limit_s).budget == suggested
+
+
+def test_a_cut_setting_a_probe_measured_all_the_same_is_not_called_untried():
+    # GIVEN a re-opened worker ladder cut at 4 workers, which its first visit measured (at the smaller batch); a
+    # second look cut at batch 64, measured; a knob never tried; a stopped probe's settings; a bisection's range
+    base = knobs.full_settings({"batch_size": 32})
+    measured = [base, {**base, "num_workers": 4}, {**base, "batch_size": 64, "num_workers": 2}]
+    unexplored = ["num_workers=4: over budget", "amp: over budget", "compile: over budget",
+                  "batch_size=64: a second look at its open gain (1.04x [0.98, 1.10]) over budget",
+                  "batch_size=64, amp=bf16: stopped when the budget ran out (p014)",
+                  "batch_size between 64 and 128: over budget"]
+    more = more_time(unexplored, 180, measured, base)
+    # THEN all are cut; more time would have tried only what no probe measured
+    assert more.cut == [u.split(": ")[0] for u in unexplored]
+    assert more.untried == ["amp", "compile", "batch_size=64, amp=bf16", "batch_size between 64 and 128"]
+    assert more.knobs == {"amp", "compile", "batch_size"}
+    # AND a bare knob counts as measured only away from the baseline's value
+    assert more_time(["num_workers: over budget"], 180, [base], base).untried == ["num_workers"]
+    assert more_time(["num_workers: over budget"], 180, measured, base).untried == []
 
 
 def test_a_precision_knob_is_judged_on_the_dense_share_at_the_current_batch_not_the_baselines():

@@ -82,6 +82,25 @@ def test_terminal_summary_of_a_document_lists_top_findings_and_failures():
     assert "TA401 fp32-on-bf16-capable-cpu" in verbose and "Failed probes" in verbose and "out of memory" in verbose
 
 
+def test_every_renderer_gives_the_more_time_line_where_the_budget_cut_the_plan_and_only_there():
+    # GIVEN a 3-minute run that left compile=default over budget
+    cut, own = golden("io_bound_quickstart"), golden("cnn")
+    said = "More time would have tried: compile=default. For the thorough plan, run:"
+    command = "tune-advisor analyze fixtures/io_bound.py -o reports/io_bound --budget 10m --device auto --quiet"
+    # THEN the terminal says it beside the verdict, in the summary and in --verbose
+    short = terminal_text(cut).splitlines()
+    assert short.index(f"  {said}") + 1 == short.index(f"    {command}") < short.index("Apply it")
+    assert f"{said} {command}" in terminal_text(cut, verbose=True)
+    # AND the Markdown after the verdict, the command as code; the HTML in the verdict section
+    md = markdown.render(cut)
+    assert f"{said} `{command}`" in md.split("### Apply it")[0]
+    page = html.render(cut)
+    assert f'<p id="more-time">{said} <code>{command}</code></p>' in page.split('<section id="settings"')[0]
+    # AND a run whose plan ended on its own has none of it
+    assert not any("thorough plan" in text for text in (terminal_text(own, verbose=True), markdown.render(own),
+                                                         html.render(own)))
+
+
 def test_write_reports_writes_both_files_atomically(tmp_path):
     paths = write_reports(golden(), tmp_path / "new" / "folder")
     assert [p.name for p in paths] == ["report.html", "report.md"] and all(p.stat().st_size > 1000 for p in paths)

@@ -156,3 +156,76 @@ def test_a_running_runs_verdict_says_the_run_goes_on_to_confirm_its_best_so_far(
     assert "--resume" not in verdict
     doc["best_so_far"].update(probe="p001", changes={})
     assert view.build(doc).verdict.endswith("Nothing has beaten the baseline yet.")
+
+
+# --- a plan the budget cut: what more time would have tried, and the thorough plan's command ---------------------
+
+
+def test_a_plan_the_budget_cut_says_what_more_time_would_have_tried_and_the_command_of_the_thorough_plan():
+    # GIVEN a 3-minute run that left compile=default over budget and skipped amp, matmul_precision and
+    # optimizer_impl for their reasons
+    doc = golden("io_bound_quickstart")
+    more = view.build(doc).more_time
+    # THEN more time would have tried compile=default, none of the reasoned skips, and the command is the user's with
+    # --budget 10m in place of their 3m
+    assert more.untried == ["compile=default"] and more.budget == "10m"
+    assert more.command == "tune-advisor analyze fixtures/io_bound.py -o reports/io_bound --budget 10m --device auto " \
+                           "--quiet"
+    assert more.lead == "More time would have tried: compile=default. For the thorough plan, run:"
+    assert not any(knob in more.text for knob in ("amp", "matmul_precision", "optimizer_impl"))
+
+
+def test_a_plan_that_ended_on_its_own_has_no_more_time_line():
+    # GIVEN a run whose unexplored entries are all the plan's own reasons (past the throughput plateau)
+    doc = golden("cnn")
+    assert doc["budget"]["unexplored"]
+    assert view.build(doc).more_time is None
+
+
+def test_a_run_given_ten_minutes_already_is_offered_twice_its_budget():
+    doc = golden("io_bound_quickstart")
+    doc["budget"]["limit_s"] = 900.0
+    doc["command"] = ["tune-advisor", "analyze", "m.py", "--budget=15m", "-o", "out"]
+    assert view.build(doc).more_time.command == "tune-advisor analyze m.py --budget=30m -o out"
+
+
+def test_the_thorough_command_adds_the_budget_before_a_scripts_own_arguments():
+    doc = golden("io_bound_quickstart")
+    doc["command"] = ["tune-advisor", "analyze", "train.py", "--map", "amp=--precision:bf16", "--", "--budget", "1"]
+    assert view.build(doc).more_time.command == \
+        "tune-advisor analyze train.py --map amp=--precision:bf16 --budget 10m -- --budget 1"
+    # AND a run through the API, which records no command, is told the option
+    doc["command"] = []
+    assert view.build(doc).more_time.text.endswith("For the thorough plan, run again with --budget 10m")
+
+
+def test_the_more_time_line_names_the_first_few_settings_and_counts_the_rest():
+    # GIVEN a plan cut before five knobs (one twice), and a grid's combination
+    base = probe("p001", "baseline")
+    doc = document([base], base, base)
+    doc["budget"] = {"limit_s": 60.0, "unexplored": [f"{k}: over budget" for k in ("amp", "compile", "amp",
+                                                                                   "channels_last", "batch_size",
+                                                                                   "num_workers")]}
+    assert view.build(doc).more_time.lead.startswith("More time would have tried: amp, compile, channels_last and 2 "
+                                                     "more. ")
+    doc["budget"]["unexplored"] = ["amp=bf16, batch_size=64: over budget", "compile=default: over budget"]
+    assert view.build(doc).more_time.lead.startswith("More time would have tried: amp=bf16, batch_size=64; "
+                                                     "compile=default. ")
+
+
+def test_the_line_never_names_a_setting_the_report_shows_measured_and_the_settings_keep_a_knob_it_names():
+    # GIVEN a re-opened worker ladder cut at 4 workers, which a probe measured; matmul_precision cut, its only
+    # probe so far a value skipped as not applicable (on this CPU `high`; `medium` applies)
+    base = probe("p001", "baseline")
+    four = probe("p002", median=150.0, num_workers=4)
+    skipped = probe("p003", "knob:matmul_precision", status="skipped", matmul_precision="high")
+    doc = document([base, four, skipped], base, four)
+    doc["budget"] = {"limit_s": 180.0, "unexplored": ["num_workers=4: over budget",
+                                                      "matmul_precision: over budget"]}
+    report = view.build(doc)
+    # THEN the line names matmul_precision only, and the settings table lists it among the knobs that apply
+    assert report.more_time.untried == ["matmul_precision"]
+    assert "matmul_precision" in [row.knob for row in report.settings_rows]
+    # AND without the cut it is hidden as not applicable, as before
+    doc["budget"]["unexplored"] = []
+    assert "matmul_precision" not in [row.knob for row in view.build(doc).settings_rows]

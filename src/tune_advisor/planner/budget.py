@@ -9,11 +9,14 @@ probe of a role (`time_left`, `limits`), whether more probes still fit before th
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
 
+from .. import knobs
 from ..collectors import flops
 from ..probe.backend import ProbeBackend, ProbeLimits
 from ..probe.result import ProbeResult
@@ -42,6 +45,10 @@ ABLATION_START_S = 2.0  # a lockstep side's start and warm-up, beyond its measur
 # blocked forever in its workers took 108 s of a 2-minute run as one "stopped" probe (issue 63).
 LOADER_WAIT_FACTOR = 20.0
 LOADER_WAIT_MIN_S = 10.0
+# The thorough plan's budget, suggested where a shorter one cut the plan: where every plan the budget curve measured
+# on 2-core machines ended on its own (docs/planner.md, "The default budget"). A run given that much already is
+# offered twice its own.
+THOROUGH_S = 10 * 60
 
 
 def inspection_limit(budget_s: float | None, own_s: float, probe_timeout_s: float | None = None) -> float:
@@ -182,3 +189,59 @@ class Budget:
         """One ablation pair: each side measures at most DUEL_MAX_S beyond its start-up."""
         best = self.ledger.best if self.ledger.best is not None else self.ledger.baseline
         return 2 * min(plain_wall(best), DUEL_MAX_S + ABLATION_START_S) if best is not None else 0.0
+
+
+@dataclass(frozen=True)
+class MoreTime:
+    """What the budget cut from a plan: the settings it left for want of time, each once, in the plan's order
+    (`cut`); those of them no probe measured (`untried`: what more time would have tried); the budget to run the
+    thorough plan with (`budget_s`)."""
+
+    cut: list[str]
+    untried: list[str]
+    budget_s: float
+
+    @property
+    def budget(self) -> str:
+        """`budget_s` as --budget takes it: whole minutes, rounded up ("10m")."""
+        return f"{math.ceil(self.budget_s / 60)}m"
+
+    @property
+    def knobs(self) -> set[str]:
+        """The knobs `untried` names: more time would have tried them, so they apply here."""
+        return {knob for what in self.untried for knob, _ in _parts(what)}
+
+
+def more_time(unexplored: Iterable[str], limit_s: float | None, measured: Iterable[Mapping[str, Any]] = (),
+              baseline: Mapping[str, Any] | None = None) -> MoreTime | None:
+    """What more time would have tried where the budget cut the plan; None where the plan ended on its own.
+
+    `unexplored`: results.json `budget.unexplored`, "SETTINGS: WHY" each, of which only the budget's cuts count
+    ("over budget", "stopped when the budget ran out"), not the plan's reasoned skips; `limit_s`: the run's --budget.
+    `measured` (the settings of the run's ok probes) and `baseline` (its baseline's settings) tell which cut
+    settings a probe measured all the same (a re-opened ladder's rung over budget that its first visit measured):
+    more time would not be trying those for the first time."""
+    cut = list(dict.fromkeys(what for what, _, why in (entry.partition(": ") for entry in unexplored)
+                             if "over budget" in why or "budget ran out" in why))
+    if not cut:
+        return None
+    measured = list(measured)
+    base = knobs.full_settings(baseline or {})
+    untried = [what for what in cut if not any(_holds(settings, what, base) for settings in measured)]
+    limit = limit_s or 0.0
+    return MoreTime(cut, untried, THOROUGH_S if limit < THOROUGH_S else 2 * limit)
+
+
+def _holds(settings: Mapping[str, Any], what: str, base: Mapping[str, Any]) -> bool:
+    """Whether `settings` hold every part of `what`: each "knob=value" as knobs.describe words it, each bare knob at
+    any value but the baseline's (`base`)."""
+    parts = _parts(what)
+    return bool(parts) and all(knob in settings and (knobs.describe({knob: settings[knob]}) == part if part
+                                                     else settings[knob] != base.get(knob)) for knob, part in parts)
+
+
+def _parts(what: str) -> list[tuple[str, str]]:
+    """Settings as an unexplored entry names them ("amp=bf16, batch_size=64", or a bare knob) as (knob, "knob=value"
+    or "" for a bare knob); [] where a part names no knob ("batch_size between 64 and 128")."""
+    parts = [(part.partition("=")[0], part if "=" in part else "") for part in what.split(", ")]
+    return parts if all(knob in knobs.KNOBS for knob, _ in parts) else []

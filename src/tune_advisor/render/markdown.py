@@ -46,6 +46,8 @@ def render(document: Mapping[str, Any], cost_per_hour: float | None = None) -> s
     r = view.build(document, cost_per_hour=cost_per_hour)
     out = [f"## tune-advisor: {escape(r.title)}", ""]
     out += _verdict(r)
+    if r.more_time:
+        out += [f"{escape(r.more_time.lead)} {code(r.more_time.command)}", ""]
     if r.snippet:
         out += ["### Apply it", "", block(r.snippet, "python"), ""]
     if r.run_command:

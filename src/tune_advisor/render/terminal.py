@@ -113,6 +113,9 @@ def _short_summary(r: "view.Report", console: Console, results_path) -> None:
             _line(console, "  " + " · ".join(f"{what}: {value}" for what, value in r.epoch))
         if r.caveat:
             _line(console, f"  note: {r.caveat}", "yellow")
+    if r.more_time:  # the command on a line of its own, to copy
+        _line(console, "  " + r.more_time.lead)
+        _line(console, "    " + r.more_time.command)
     if r.snippet:
         console.print("[bold]Apply it[/]")
         for code_line in r.snippet.splitlines():  # code as written: never wrapped
@@ -218,6 +221,8 @@ def _verbose_summary(r: "view.Report", console: Console, results_path=None) -> N
                           f"{escape(detail)}", highlight=False)
     if r.unexplored:
         console.print(f"\nUnexplored ({len(r.unexplored)}): " + escape("; ".join(r.unexplored)), highlight=False)
+    if r.more_time:
+        console.print(escape(r.more_time.text), highlight=False)
     if results_path is not None:
         console.print(f"\nresults: {escape(str(results_path))}", highlight=False)
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .. import consistency, frameworks, knobs, record, snippets
+from ..planner import budget as budget_rules
 from ..script import flags
 from ..fmt import fmt_bytes, fmt_ci, fmt_later, fmt_rate, fmt_seconds, fmt_speedup, fmt_value
 
@@ -27,6 +28,7 @@ STAIR_ORDER = ["amp", "matmul_precision", "channels_last", "cudnn_benchmark", "c
 CUDA_KNOBS = ("pin_memory", "cudnn_benchmark")  # settings that do nothing without a CUDA device
 BATCH_CHANGE_CODE = "TA703"  # the finding that says what a batch-size change does to the optimisation
 FRAMEWORK_NAMES = {"hf": "Hugging Face Trainer (build_trainer)", "lightning": "Lightning (build_module)"}
+MORE_TIME_SHOWN = 3  # the untried settings the more-time line names before "and N more"
 
 
 def is_ok(probe: record.Probe | None) -> bool:
@@ -135,6 +137,29 @@ class Energy:
         return f"{self.baseline_j:.3g} {self.recommended_j:.3g}"
 
 
+@dataclass
+class MoreTime:
+    """The line of a run whose plan the budget cut: what more time would have tried, then the command of the thorough
+    plan (planner/budget.py `more_time` decides both). Each renderer shows `lead`, then `command` as code."""
+
+    untried: list[str]  # the settings, as the unexplored list names them
+    budget: str  # the thorough plan's --budget ("10m")
+    command: str  # the run's own command with that --budget; "--budget 10m" where the file records no command
+
+    @property
+    def lead(self) -> str:
+        """'More time would have tried: amp, compile=default, pin_memory and 2 more. For the thorough plan, run:'."""
+        shown, rest = self.untried[:MORE_TIME_SHOWN], len(self.untried) - MORE_TIME_SHOWN
+        joint = "; " if any(", " in name for name in shown) else ", "  # a grid's combinations hold commas
+        names = joint.join(shown) + (f" and {rest} more" if rest > 0 else "")
+        said = f"More time would have tried: {names}." if names else "The budget cut the plan short."
+        return f"{said} For the thorough plan, {'run again with' if self.command.startswith('--') else 'run:'}"
+
+    @property
+    def text(self) -> str:
+        return f"{self.lead} {self.command}"
+
+
 def _sig(value: float) -> str:
     """Three significant digits without an exponent (values from 1 to 999 after scaling)."""
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
@@ -205,6 +230,7 @@ class Report:
     settings_rows: list[Setting] = field(default_factory=list)  # the knobs that apply here
     mfu: list[tuple[str, str]] = field(default_factory=list)  # (side, MFU or why it was not measured)
     energy: Energy | None = None  # GPU energy per item of both sides, where both were measured
+    more_time: MoreTime | None = None  # where the budget cut the plan: what more time would have tried, and how
 
     @property
     def baseline_ok(self) -> bool:
@@ -232,6 +258,8 @@ def build(document: record.Document | Mapping[str, Any], cost_per_hour: float | 
     figures = {side: _figure(doc, side) for side in ("baseline", "recommended")}
     batch_note = _batch_note(base_settings, changes, workload.facts.dataset_len, framework)
     energy = _energy(doc, changes)
+    more = budget_rules.more_time(doc.budget.unexplored, doc.budget.limit_s,
+                                  [p.settings for p in probes if is_ok(p)], base_settings)
     return Report(
         document=doc,
         title=_title(workload),
@@ -269,9 +297,11 @@ def build(document: record.Document | Mapping[str, Any], cost_per_hour: float | 
         caveat=_caveat(changes, batch_note, doc.notes),
         epoch=(_epoch(figures, workload.facts.dataset_len, unit, cost_per_hour)
                + ([(energy.label, energy.change)] if energy else [])) if changes else [],
-        settings_rows=_settings_rows(doc, base_settings, recommended.settings if is_ok(recommended) else None),
+        settings_rows=_settings_rows(doc, base_settings, recommended.settings if is_ok(recommended) else None,
+                                     more.knobs if more else set()),
         mfu=_mfu(baseline, recommended, changes),
         energy=energy,
+        more_time=_more_time(doc.command, more) if more else None,
     )
 
 
@@ -419,10 +449,12 @@ def _money(amount: float) -> str:
     return f"{amount:.{1 - math.floor(math.log10(amount))}f}"
 
 
-def _settings_rows(doc: record.Document, base: dict, rec: dict | None) -> list[Setting]:
+def _settings_rows(doc: record.Document, base: dict, rec: dict | None,
+                   pending: set[str] = frozenset()) -> list[Setting]:
     """The knobs that apply on this device and layout: DDP knobs only for a DDP run, the loader workers' own
     knobs only with workers, and no knob every value of which away from the baseline was skipped as not
-    applicable; changed knobs always."""
+    applicable; changed knobs always, and those the budget kept the plan from trying (`pending`: more time would
+    have, so they apply)."""
     distributed = doc.execution is not None and bool(getattr(doc.execution, "distributed", None))
     cuda = str(doc.environment.model_dump().get("device") or "").startswith("cuda")
     tried: dict[str, set[str]] = {}
@@ -437,7 +469,7 @@ def _settings_rows(doc: record.Document, base: dict, rec: dict | None) -> list[S
         inapplicable = ((knob in knobs.DDP_KNOBS and not distributed) or tried.get(knob) == {"skipped"}
                         or (knob in knobs.LOADER_KNOBS and not new_settings.get("num_workers"))
                         or (knob in CUDA_KNOBS and not cuda))
-        if changed or not inapplicable:
+        if changed or knob in pending or not inapplicable:
             rows.append(Setting(knob, value, new, changed))
     return rows
 
@@ -714,6 +746,25 @@ def _workload(workload: record.Workload) -> list[tuple[str, str]]:
         if value not in (None, ""):
             items.append((key, fmt_value(value)))
     return items
+
+
+def _more_time(command: list[str], more: budget_rules.MoreTime) -> MoreTime:
+    """The line of a plan the budget cut, with the run's own command (`command`, its argv) given more time."""
+    shown = _command(_with_budget(command, more.budget)) if command else f"--budget {more.budget}"  # an API run
+    return MoreTime(more.untried, more.budget, shown)
+
+
+def _with_budget(argv: list[str], budget: str) -> list[str]:
+    """`argv` (analyze's command line) with `budget` as its --budget: in place of its own, else added before a
+    script's arguments (after `--`), which would take it as theirs."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    own, rest = list(argv[:end]), list(argv[end:])
+    for i, arg in enumerate(own):
+        if arg == "--budget" and i + 1 < end:
+            return own[:i + 1] + [budget] + own[i + 2:] + rest
+        if arg.startswith("--budget="):
+            return own[:i] + [f"--budget={budget}"] + own[i + 1:] + rest
+    return own + ["--budget", budget] + rest
 
 
 def _command(command: list[str]) -> str:
