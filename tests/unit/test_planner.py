@@ -80,6 +80,41 @@ def test_a_plateau_of_two_flat_rungs_earns_one_more_while_the_budget_could_walk_
     assert "batch_size=128: past the throughput plateau" in outcome.unexplored
 
 
+def test_a_short_budget_walks_the_batch_ladder_in_double_steps_to_its_far_end():
+    # GIVEN tiny_batch_mlp's shape: a per-step-bound MLP at batch 4 whose throughput grows with the batch up to 512,
+    # and 5 s probes
+    search = {"amp": ["off"], "batch_size": [4, 8, 16, 32, 64, 128, 256, 512]}
+
+    def rate(s):
+        return 100.0 * s["batch_size"] ** 0.8
+
+    # WHEN 90 s is all there is (the ladder walked 8 to 128 and ran out before)
+    outcome, backend = run_plan(rate, workload=MLP, device=CPU_NO_BF16, search=search, budget_s=90,
+                                baseline={"batch_size": 4})
+    # THEN the ladder takes every other rung from the second, and the largest: it reaches the far end, keeps it
+    assert tried(backend, "batch_size") == [4, 16, 64, 256, 512]
+    assert outcome.recommended.settings["batch_size"] == 512
+    assert any(d.startswith("batch_size ladder in double steps (16, 64, 256, 512 of") for d in outcome.decisions)
+    # AND the skipped rungs are listed, those below the batch kept not as something more time would try
+    assert "batch_size=8: below the batch kept (the ladder took double steps)" in outcome.unexplored
+    assert not any(u.startswith("batch_size=8: over budget") for u in outcome.unexplored)
+    # AND with the budget to walk every rung, it walks every rung
+    outcome, backend = run_plan(rate, workload=MLP, device=CPU_NO_BF16, search=search, baseline={"batch_size": 4})
+    assert tried(backend, "batch_size") == search["batch_size"]
+    assert not any("double steps" in d for d in outcome.decisions)
+
+
+def test_after_double_steps_the_rung_skipped_above_the_best_is_tried():
+    # GIVEN a throughput peak at 64 on a ladder from 4: the double steps walk 16, 64, 256 and 64 wins
+    search = {"amp": ["off"], "batch_size": [4, 8, 16, 32, 64, 128, 256, 512]}
+    gains = {4: 1.0, 8: 1.8, 16: 3.0, 32: 4.0, 64: 5.0, 128: 6.0, 256: 3.0, 512: 2.0}
+    outcome, backend = run_plan(lambda s: 100.0 * gains[s["batch_size"]], workload=MLP, device=CPU_NO_BF16,
+                                search=search, budget_s=100, baseline={"batch_size": 4})
+    # THEN the skipped rung above 64, 128, is measured after the walk, and kept
+    assert 128 in tried(backend, "batch_size") and 8 not in tried(backend, "batch_size")
+    assert outcome.recommended.settings["batch_size"] == 128
+
+
 def test_a_downward_ladder_says_where_fewer_stopped_gaining():
     # GIVEN 8 loader workers, 16 clearly slower, and 1 to 8 all alike
     rates = {0: 300.0, 1: 1000.0, 2: 1000.0, 4: 1000.0, 8: 1000.0, 16: 700.0}

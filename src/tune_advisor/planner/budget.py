@@ -120,13 +120,18 @@ class Budget:
         walls = [plain_wall(p) for p in self.ledger.probes if p.wall_s > 0]
         return sum(walls) / len(walls) if walls else 0.0
 
-    def affordable(self, probes: int = 1, extra_s: float = 0.0, within: float = 1.0) -> bool:
+    def affordable(self, probes: int = 1, extra_s: float = 0.0, within: float = 1.0,
+                   confirming: bool = False) -> bool:
         """Whether `probes` more (costing `extra_s` beyond typical probes: compilation), and then the
         confirmation, fit in what is left of the budget (of its first `within` share, for work the plan does only
-        while the budget is ample)."""
+        while the budget is ample). `confirming`: count a confirmation even while nothing is to confirm yet (the
+        probes asked about would make one: a ladder's rungs that win)."""
         if self.limit_s is None:
             return True
-        needed = probes * self.typical_probe_s() + extra_s + self.confirmation_s()
+        confirmation = self.confirmation_s()
+        if confirming:
+            confirmation = max(confirmation, CONFIRM_RESERVE * self.typical_probe_s())
+        needed = probes * self.typical_probe_s() + extra_s + confirmation
         return self.elapsed() + needed <= self.limit_s * within
 
     def affords_ablation(self, left: int) -> bool:
