@@ -69,7 +69,8 @@ def fixture_curve(name: str, budgets: list[str], out: Path) -> list[dict]:
             vs = {"median": 1.0, "low": 1.0, "high": 1.0, "rounds": [], "how": "the reference"}
         else:
             print(f"== {stem}: re-measuring --budget {budget}'s recommendation against {ref_budget}'s", flush=True)
-            vs = remeasure(path, ref.recommended.settings, run.recommended.settings, out / stem / "remeasure")
+            vs = remeasure(path, ref.recommended.settings, run.recommended.settings, out / stem / "remeasure",
+                           [*ref.probes, *run.probes])
         rows.append({"fixture": stem, "budget": budget, "reference": ref_budget,
                      "used_s": run.document["budget"]["used_s"], "cut": cut_by_budget(run),
                      "recommended": knobs.describe(run.recommended.settings, run.baseline.settings),
