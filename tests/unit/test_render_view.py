@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tune_advisor import knobs, record
-from tune_advisor.render import view
+from tune_advisor.render import charts, view
 
 from ..conftest import golden
 
@@ -60,6 +60,30 @@ def test_a_single_change_is_quoted_with_the_confirmed_speedup_its_own_comparison
     win = probe("p002", median=200.0, batch_size=64)
     report = view.build(ablated(document([base, win], base, win), batch_size=2.5))
     assert [s.figure["median"] for s in report.staircase] == [3.0, 3.0]
+
+
+def test_changes_none_measured_on_its_own_are_one_confirmed_row_and_no_chart_repeats_a_figure():
+    # GIVEN two changes the ablation measured neither of (a loader's workers and keeping them alive)
+    base = probe("p001", "baseline")
+    both = probe("p002", median=300.0, num_workers=8, persistent_workers=True)
+    report = view.build(ablated(document([base, both], base, both)))
+    # THEN the staircase is the confirmed row alone, and no chart draws it twice
+    assert [(s.kind, s.figure["median"]) for s in report.staircase] == [("total", 3.0)]
+    assert charts.waterfall_chart(report) is None
+    # AND one change measured by the confirmation itself draws no chart either (its bar would be the total's)
+    win = probe("p002", median=200.0, batch_size=64)
+    assert charts.waterfall_chart(view.build(ablated(document([base, win], base, win)))) is None
+
+
+def test_the_staircase_legend_names_the_colours_it_draws_and_only_those():
+    # GIVEN a change that pays, one that costs on its own, and their interaction
+    base = probe("p001", "baseline")
+    both = probe("p002", median=300.0, amp="bf16", batch_size=64)
+    chart = charts.waterfall_chart(view.build(ablated(document([base, both], base, both), amp=4.0, batch_size=0.9)))
+    assert "Blue:" in chart.caption and "red:" in chart.caption and "grey:" in chart.caption
+    # AND without a costing change or an interaction, neither red nor grey is named
+    chart = charts.waterfall_chart(view.build(ablated(document([base, both], base, both), amp=2.0, batch_size=1.5)))
+    assert "Blue:" in chart.caption and "red" not in chart.caption and "grey" not in chart.caption
 
 
 def test_a_finding_on_a_kept_change_quotes_the_staircases_figure():

@@ -86,7 +86,7 @@ def waterfall_chart(report: view.Report) -> Chart | None:
     """Each kept change's own contribution to the confirmed speedup, as steps of a running product (log scale,
     so that a 2x step is as tall wherever it stands), ending at the confirmed speedup with its CI."""
     stairs = report.staircase
-    if len(stairs) < 2:
+    if len(stairs) < 3:  # one change: its bar would be the confirmed one again
         return None
 
     def paint(fig):
@@ -120,10 +120,22 @@ def waterfall_chart(report: view.Report) -> Chart | None:
         ax.set_axisbelow(True)
 
     svg = _draw(8, 3.0, "each kept change's contribution to the confirmed speedup", paint)
-    return Chart("chart-waterfall", "What each change bought",
-                 "Blue: a kept change's own contribution (the recommendation with and without it); grey: the "
-                 "interaction of the changes (and any change not measured on its own); green: the confirmed "
-                 "speedup with its 95% CI. The steps multiply to the confirmed speedup.", svg)
+    return Chart("chart-waterfall", "What each change bought", _waterfall_legend(stairs), svg)
+
+
+def _waterfall_legend(stairs: list[view.Stair]) -> str:
+    """The colours the staircase draws, and only those."""
+    changes = [s for s in stairs if s.kind == "change"]
+    parts = []
+    if any(s.figure["median"] >= 1 for s in changes):
+        parts.append("blue: a kept change's own contribution (the recommendation with and without it)")
+    if any(s.figure["median"] < 1 for s in changes):
+        parts.append("red: a kept change that costs on its own (the recommendation with and without it)")
+    if any(s.kind == "rest" for s in stairs):
+        parts.append("grey: the interaction of the changes (and any change not measured on its own)")
+    parts.append("green: the confirmed speedup with its 95% CI")
+    text = "; ".join(parts)
+    return f"{text[0].upper()}{text[1:]}. The steps multiply to the confirmed speedup."
 
 
 def batch_chart(report: view.Report) -> Chart | None:

@@ -687,13 +687,14 @@ def staircase(doc: record.Document, changes: dict) -> list[Stair]:
     if confirmed is None:
         return stairs
     rest = confirmed["median"] / product
-    if unmeasured:
-        label = f"{', '.join(unmeasured)} and the interaction" if stairs else f"{', '.join(unmeasured)} together"
+    # no change measured on its own: the confirmed row alone says what they bought, once
+    if unmeasured and stairs:
+        label = f"{', '.join(unmeasured)} and the interaction"
         stairs.append(Stair("rest", label, {}, {"median": rest},
                             confirmed["median"], f"{', '.join(unmeasured)}: not measured on "
                             f"{'its' if len(unmeasured) == 1 else 'their'} own; the confirmed speedup divided by "
                             "the product of the rows above"))
-    elif len(stairs) > 1 and abs(rest - 1) >= 0.005:
+    elif not unmeasured and len(stairs) > 1 and abs(rest - 1) >= 0.005:
         stairs.append(Stair("rest", "interaction", {}, {"median": rest}, confirmed["median"],
                             "the changes together against the product of their separate contributions: the "
                             "confirmed speedup divided by the product of the rows above"))
