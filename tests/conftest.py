@@ -184,8 +184,8 @@ def stuck_zygotes(monkeypatch) -> list:
     started = []
 
     class Stuck(runner.Zygote):
-        def __init__(self, python, env):
-            self.python, self.env, self.ready, self.forked = python, env, False, False
+        def __init__(self, python, env, preload=()):
+            self.python, self.env, self.ready, self.forked, self.preloaded = python, env, False, False, list(preload)
             self.proc = subprocess.Popen([python, "-c", "import time; time.sleep(120)"], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, bufsize=0)
             self.replies = self.proc.stdout.fileno()

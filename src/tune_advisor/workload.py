@@ -80,6 +80,12 @@ def is_script(path: str | Path) -> bool:
     return not any(difflib.get_close_matches(entry, names, n=1, cutoff=0.85) for entry in ENTRY_POINTS)
 
 
+def framework_of(path: str | Path) -> str | None:
+    """The framework a workload file hands over, from the names it binds: parsed, never run (frameworks.kind_of
+    says for sure once it is loaded)."""
+    return frameworks.kind_named(_top_level_names(ast.parse(Path(path).read_text(encoding="utf-8"))))
+
+
 def _top_level_names(tree: ast.Module) -> set[str]:
     """The names the module binds at its top level: by def, class, assignment or import."""
     names: set[str] = set()

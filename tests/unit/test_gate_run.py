@@ -278,7 +278,7 @@ def test_the_gate_pairs_each_round_in_lockstep_and_alternates_who_starts(tmp_pat
     from tune_advisor.probe import lockstep
 
     # GIVEN the gate's measuring loop with a backend that records what it is asked
-    info = SimpleNamespace(path=Path("w.py"))
+    info = SimpleNamespace(path=Path("w.py"), preload=[])
     kwargs = dict(device="cpu", protocol=Protocol(), timeout_s=60)
     backend = Recording()
     # WHEN two sides are measured in 3 rounds  THEN each round is one pair, the reference moving first every other
@@ -309,7 +309,7 @@ def test_every_gate_probe_forks_from_a_new_parent_process():
     from tune_advisor.gate import measure as measure_mod
 
     # GIVEN the gate measuring two sides, and one, in two rounds
-    info = SimpleNamespace(path=Path("w.py"))
+    info = SimpleNamespace(path=Path("w.py"), preload=[])
     for sides, can_pair in ((("reference", "candidate"), True), (("reference", "candidate"), False),
                             (("baseline",), True)):
         backend = Recording(can_pair)

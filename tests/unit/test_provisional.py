@@ -86,7 +86,7 @@ def start(tmp_path, live, rate, backend_class=SlowSteps, **backend):
     update = live.status.update
     live.status.update = lambda text: (live.shown.append((clock.now, text)), update(text))
     info = SimpleNamespace(path=Path("slow.py"), script=None, baseline=knobs.full_settings({"batch_size": 16}),
-                           facts=SimpleNamespace(model_class="Slow", parameters=1))
+                           facts=SimpleNamespace(model_class="Slow", parameters=1), preload=[])
     specs = facade.ProbeSpecs(info, "cpu", None, AnalyzeOptions(budget=BUDGET_S), live)
     clock.now = BEFORE_PLAN_S
     session = facade._session(saved, backend_class(rate, clock=clock, steps=40, **backend), specs, BUDGET_S, 0.0,

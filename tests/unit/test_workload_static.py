@@ -5,7 +5,7 @@ import pytest
 from tune_advisor import workload
 from tune_advisor.errors import WorkloadError
 
-from ..conftest import BAD
+from ..conftest import BAD, WORKLOADS
 
 
 def test_missing_file(tmp_path):
@@ -105,3 +105,10 @@ def test_a_file_taken_for_a_workload_without_build_model_names_script_mode(tmp_p
     with pytest.raises(WorkloadError) as info:
         workload.load(path)
     assert "no build_model() defined" in str(info.value) and f"analyze {path} --script -- ARGS" in str(info.value)
+
+
+@pytest.mark.parametrize("name, framework", [("tiny_scheduled.py", "lightning"), ("tiny_trainer.py", "hf"),
+                                             ("tiny_hf.py", None), ("tiny_mlp.py", None)])
+def test_the_framework_a_file_hands_over_is_read_without_running_it(name, framework):
+    # the inspection's zygote preloads it (ProbeSpec.preload); tiny_hf.py uses transformers in the plain contract
+    assert workload.framework_of(WORKLOADS / name) == framework

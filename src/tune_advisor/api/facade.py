@@ -244,7 +244,7 @@ class ProbeSpecs:
         return ProbeSpec(id=probe_id, workload=str(self.info.path), settings=settings, device=self.device,
                          protocol=limits.protocol(o.protocol), timeout_s=o.probe_timeout, seed=o.seed,
                          profile=self.profiled(role), count_flops=role != DUEL_ROLE, distributed=self.layout,
-                         budget_left_s=limits.left_s, script=self.info.script)
+                         budget_left_s=limits.left_s, script=self.info.script, preload=self.info.preload)
 
 
 def _session(record: RunRecord, backend: ProbeBackend, make_spec: Callable[..., ProbeSpec], budget_s: float | None,

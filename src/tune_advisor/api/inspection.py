@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import environment, hardware, knobs
+from .. import environment, frameworks, hardware, knobs
 from .. import workload as workload_mod
 from ..errors import WorkloadError
 from ..probe.runner import classify_exit, spawn_child
@@ -29,6 +29,11 @@ class Inspection:
     # script mode: the spec's `script` (probe/spec.py) with the script's own settings and its training loader
     script: dict[str, Any] | None = None
 
+    @property
+    def preload(self) -> list[str]:
+        """What its probes' parent process imports for them (ProbeSpec.preload): a framework's modules."""
+        return frameworks.modules(self.framework, self.path)
+
 
 def inspect_workload(path: str | Path, device: str, workdir: Path,
                      timeout_s: float = INSPECT_TIMEOUT_S, script: dict[str, Any] | None = None,
@@ -44,8 +49,10 @@ def inspect_workload(path: str | Path, device: str, workdir: Path,
                                    "arguments, or a __main__ block that trains), and this command measures workload "
                                    "files", f"analyse it as a script: tune-advisor analyze {shown} -- ARGS; or, if it "
                                             "is a workload file, load it as one with --workload")
+    # a framework's modules as its probes' (Inspection.preload): imported once, by the zygote, for the inspection too
+    preload = [] if script else frameworks.modules({"name": workload_mod.framework_of(resolved)}, resolved)
     spec = ProbeSpec(id="inspect", workload=str(resolved), settings=knobs.full_settings(), device=device,
-                     timeout_s=timeout_s, mode="inspect", script=script)
+                     timeout_s=timeout_s, mode="inspect", script=script, preload=preload)
     run = spawn_child(spec, workdir)
     result = _inspected(shown, spec, run, script is not None)
     seen = dict(path=resolved, facts=knobs.WorkloadFacts(**result["facts"]),

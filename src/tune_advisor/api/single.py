@@ -47,7 +47,7 @@ def probe(path: str | Path, settings: dict[str, Any] | None = None, *, device: s
             raise UsageError(f"--set {name}={value}: {reason}")
     spec = ProbeSpec(id="probe", workload=str(info.path), settings=full, device=device,
                      protocol=protocol or Protocol(), timeout_s=parse_duration(probe_timeout), seed=seed,
-                     profile=profile, distributed=layout)
+                     profile=profile, distributed=layout, preload=info.preload)
     backend = executors.local_backend(device, layout, workdir, None)
     try:
         return info, backend.run(spec, "probe")

@@ -8,13 +8,15 @@ their framework only when a file of that kind is loaded, so the core never impor
 from __future__ import annotations
 
 import difflib
+import importlib.machinery
+from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
 from .common import Adapted, Loop, LoopProbe, OptimizerStep
 
 __all__ = ["Adapted", "Loop", "LoopProbe", "OptimizerStep", "ENTRY", "adapt", "batch_note", "install_hint", "kind_of",
-           "misspelled_entry", "recommendation"]
+           "misspelled_entry", "modules", "recommendation"]
 
 # The entry function that marks each kind, in the order they are checked after the plain contract
 # (build_model/build_dataset), which always wins.
@@ -22,16 +24,23 @@ ENTRY = {"lightning": "build_module", "hf": "build_trainer"}
 PLAIN = ("build_model", "build_dataset")
 # The frameworks' packages, and the tune-advisor extra that installs each.
 EXTRAS = {"transformers": "hf", "accelerate": "hf", "lightning": "lightning", "pytorch_lightning": "lightning"}
+# What a probe of each kind imports besides torch: the framework (the Trainer's module pulls in most of
+# transformers; the Lightning adapter takes both of Lightning's packages where installed) and the adapter.
+MODULES = {"hf": ("transformers", "transformers.trainer", f"{__name__}.hf", f"{__name__}.hf_loop"),
+           "lightning": ("lightning.pytorch", "pytorch_lightning", f"{__name__}.lightning",
+                         f"{__name__}.lightning_loop", f"{__name__}.lightning_step")}
 
 
 def kind_of(module: ModuleType) -> str | None:
     """"hf" or "lightning" when the file hands over a framework object, None for the plain contract (or none)."""
-    if any(hasattr(module, name) for name in PLAIN):
+    return kind_named({name for name in (*PLAIN, *ENTRY.values()) if hasattr(module, name)})
+
+
+def kind_named(names: set[str]) -> str | None:
+    """`kind_of` a module defining `names` (also the names a file binds, parsed: workload.framework_of)."""
+    if names & set(PLAIN):
         return None
-    for kind, entry in ENTRY.items():
-        if hasattr(module, entry):
-            return kind
-    return None
+    return next((kind for kind, entry in ENTRY.items() if entry in names), None)
 
 
 def misspelled_entry(module: ModuleType) -> tuple[str, str] | None:
@@ -65,6 +74,21 @@ def adapt(kind: str, module: ModuleType, shown: str, call: Callable) -> Adapted:
     from . import lightning
 
     return lightning.adapt(module, shown, call)
+
+
+def modules(framework: dict[str, Any] | None, workload: str | Path) -> list[str]:
+    """The modules a probe of the `workload` file (results.json `workload.framework`; None: a plain one) imports that
+    its parent process can import once for all probes (ProbeSpec.preload): seconds each, otherwise paid by every
+    probe. Nothing where the file's folder holds a package of the framework's (or of tune_advisor): the child puts that
+    folder first on its path (workload.load), so it imports the folder's, and the adapters import the framework."""
+    name, _ = _parts(framework)
+    wanted = MODULES.get(name, ())
+    packages = {module.split(".")[0] for module in wanted} | {package for package, extra in EXTRAS.items()
+                                                               if extra == name}
+    folder = [str(Path(workload).parent)]
+    if any(importlib.machinery.PathFinder.find_spec(package, folder) for package in packages):
+        return []
+    return list(wanted)
 
 
 def recommendation(framework: dict[str, Any], base: dict[str, Any], recommended: dict[str, Any]) -> str | None:

@@ -86,7 +86,8 @@ def measure(sides: dict[str, tuple[api.Inspection, dict[str, Any]]], rounds: int
     measured: dict[str, list[ProbeResult]] = {name: [] for name in names}
     for i in range(rounds):
         specs = [ProbeSpec(id=f"{name}-{i + 1}", workload=str(sides[name][0].path), settings=sides[name][1],
-                           device=device, protocol=protocol, timeout_s=timeout_s, seed=seed, fresh_parent=True)
+                           device=device, protocol=protocol, timeout_s=timeout_s, seed=seed, fresh_parent=True,
+                           preload=sides[name][0].preload)
                  for name in names]
         roles = [f"gate:{name}" for name in names]
         if on_probe:

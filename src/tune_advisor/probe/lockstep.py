@@ -497,7 +497,7 @@ def run_pair(specs: Sequence[ProbeSpec], workdir: Path, roles: Sequence[str], fi
     pair = None
     slots = [(side - first) % 2 if first_takes_slot0 else side for side in (0, 1)]
     try:
-        runner.start_zygotes([slot for slot, spec in zip(slots, specs) if spec.fresh_parent])
+        runner.start_zygotes({slot: spec.preload for slot, spec in zip(slots, specs) if spec.fresh_parent})
         for side, (spec, role) in enumerate(zip(specs, roles)):
             slot = slots[side]
             channels.append(_Channel(workdir, spec.id))

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +115,7 @@ def start_probe(spec: ProbeSpec, workdir: Path, role: str = "", python: str = sy
             retire_zygote(slot)
         # a new parent's start counts against the probe (below), so the wait for it ends at the probe's deadline
         ready_by = min(asked + spec.limit_s, math.inf if ready_by is None else ready_by) if spec.fresh_parent else None
-        child = start_child(python, [str(spec_path), str(result_path)], log_path, env, slot, ready_by)
+        child = start_child(python, [str(spec_path), str(result_path)], log_path, env, slot, ready_by, spec.preload)
         if isinstance(child, NotStarted):
             phase_path.write_text(NEW_PARENT_PHASE)
     # A probe that asked for a new parent (spec.fresh_parent) counts its start, seconds long, against its limit and
@@ -216,6 +217,7 @@ class Forked:
     def __init__(self, zygote: "Zygote", argv: list[str], log_path: Path, env: dict[str, str],
                  ready_by: float | None = None):
         self.zygote = zygote
+        zygote.forked = True
         self.pid = zygote.request({"argv": argv, "log": str(log_path), "env": env}, ready_by)["pid"]
         self.returncode: int | None = None
 
@@ -239,35 +241,55 @@ class NotReady(Exception):
     """A zygote still importing torch when the probe waiting for it reached its deadline."""
 
 
+class UnsafePreload(Exception):
+    """A zygote whose import of `module` left a thread running or CUDA initialised (zygote._preload): it has
+    exited, as no child may be forked from it."""
+
+    def __init__(self, module: str, why: str):
+        super().__init__(f"preloading {module}: {why}")
+        self.module = module
+
+
 NEW_PARENT_PHASE = "starting its new parent process (importing torch)"
 
 
 class Zygote:
     """The long-lived pre-warmed parent of probe children; one per environment, started on first use."""
 
-    def __init__(self, python: str, env: dict[str, str]):
-        """Start the zygote and return at once: its import of torch goes on while others start
-        (`start_zygotes`); the first request waits for it."""
+    def __init__(self, python: str, env: dict[str, str], preload: Sequence[str] = ()):
+        """Start the zygote and return at once: its import of torch (and of `preload`, a framework's modules) goes
+        on while others start (`start_zygotes`); the first request waits for it."""
         self.python, self.env = python, env
-        self.proc = subprocess.Popen([python, "-m", "tune_advisor.probe.zygote"], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([python, "-m", "tune_advisor.probe.zygote", *preload], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, bufsize=0)
         self.replies = self.proc.stdout.fileno()
         self.ready = False
         self.forked = False  # whether any child came from it (a probe asking for a new parent takes one that has not)
+        self.preloaded = list(preload)  # the modules asked of it, imported or not: its children have them
 
     def request(self, message: dict, ready_by: float | None = None) -> dict:
-        """Send `message` and return the reply; a zygote still starting is waited for until `ready_by` (monotonic;
-        None: as long as it takes), then NotReady."""
+        """Send `message` and return the reply; a zygote still starting, or the reply, is waited for until
+        `ready_by` (monotonic; None: as long as it takes), then NotReady."""
         if not self.ready:
             if ready_by is not None and not sleep_until_readable(self.replies, ready_by):
                 raise NotReady
-            if not self.reply().get("ready"):
+            ready = self.reply()
+            _check_preload(ready)
+            if not ready.get("ready"):
                 raise OSError("the zygote did not start")
             self.ready = True
-        self.forked = True
         self.proc.stdin.write((json.dumps(message) + "\n").encode())
         self.proc.stdin.flush()
+        if ready_by is not None and not sleep_until_readable(self.replies, ready_by):
+            raise NotReady
         return self.reply()
+
+    def preload(self, modules: list[str], ready_by: float | None = None) -> None:
+        """Have the zygote import those of `modules` it was not asked for yet, before it forks the next child."""
+        missing = [name for name in modules if name not in self.preloaded]
+        if missing:
+            self.preloaded += missing
+            _check_preload(self.request({"preload": missing}, ready_by))
 
     def reply(self) -> dict:
         line = self.proc.stdout.readline()  # unbuffered: never reads past the line, so select() stays exact
@@ -281,33 +303,52 @@ class Zygote:
         self.proc.stdout.close()
 
 
+def _check_preload(reply: dict) -> None:
+    """UnsafePreload where the zygote's reply says a module it imported made forking unsafe (it has exited)."""
+    unsafe = (reply.get("preload") or {}).get("unsafe")
+    if unsafe:
+        raise UnsafePreload(unsafe["module"], unsafe["why"])
+
+
 ZYGOTE_START_S = 2.5  # a new zygote's import of torch and friends: 2.1 s on 2 cores (AMD EPYC, 2026-11-28)
 _zygotes: dict[int, Zygote] = {}  # by slot: a zygote runs one child at a time; lockstep pairs use slots 0 and 1
+_unsafe_preloads: set[str] = set()  # modules whose import made a zygote unsafe to fork from: children import them
 
 
 def start_child(python: str, argv: list[str], log_path: Path, env: dict[str, str], slot: int = 0,
-                ready_by: float | None = None) -> Spawned | Forked | NotStarted:
-    """Fork the child from the slot's zygote (started, or restarted when the environment changed, as needed); a
-    new process when TUNE_ADVISOR_NO_ZYGOTE is set or the zygote cannot start; NotStarted (the zygote ended) when
-    it is not ready by `ready_by`."""
+                ready_by: float | None = None, preload: Sequence[str] = ()) -> Spawned | Forked | NotStarted:
+    """Fork the child from the slot's zygote (started, or restarted when the environment changed, as needed), which
+    imports `preload` first (ProbeSpec.preload); a new process when TUNE_ADVISOR_NO_ZYGOTE is set or the zygote
+    cannot start; NotStarted (the zygote ended) when it is not ready by `ready_by`."""
     if not _zygotes_used():
         return Spawned(python, argv, log_path, env)
     shared = _zygote_env(env)
-    for _ in range(2):  # a zygote that died (killed from outside) is replaced once
-        zygote = _zygotes.get(slot)
+    for _ in range(2):  # a zygote that died (killed from outside) or was made unsafe by a preload is replaced once
+        zygote, wanted = _zygotes.get(slot), _preloadable(preload)
         try:
-            if zygote is None or zygote.env != shared or zygote.python != python or zygote.proc.poll() is not None:
+            # one that preloaded modules this child does not import would change its memory (a plain workload's)
+            if (zygote is None or zygote.env != shared or zygote.python != python or zygote.proc.poll() is not None
+                    or not set(zygote.preloaded) <= set(wanted)):
                 if zygote is not None:
                     del _zygotes[slot]
                     zygote.close()
-                zygote = _zygotes[slot] = Zygote(python, shared)
+                zygote = _zygotes[slot] = Zygote(python, shared, wanted)
+            zygote.preload(wanted, ready_by)
             return Forked(zygote, argv, log_path, env, ready_by)
         except NotReady:
             _discard(zygote)
             return NotStarted()
+        except UnsafePreload as exc:  # it has exited; the next one leaves those modules to the children
+            _unsafe_preloads.add(exc.module)
+            _discard(zygote)
         except (OSError, ValueError):
             _zygotes.pop(slot, None)
     return Spawned(python, argv, log_path, env)
+
+
+def _preloadable(modules: Sequence[str]) -> list[str]:
+    """`modules` but those whose import made a zygote unsafe to fork from (`_unsafe_preloads`)."""
+    return [name for name in modules if name not in _unsafe_preloads]
 
 
 def _zygotes_used() -> bool:
@@ -322,16 +363,17 @@ def _zygote_env(env: dict[str, str]) -> dict[str, str]:
     return shared
 
 
-def start_zygotes(slots: list[int], python: str = sys.executable) -> None:
-    """Start a new zygote in each slot, all at once, for probes that ask for a new parent (`ProbeSpec.fresh_parent`):
-    a lockstep pair's two then import torch side by side, not one after the other (one start's wait, not two)."""
+def start_zygotes(slots: dict[int, Sequence[str]], python: str = sys.executable) -> None:
+    """Start a new zygote in each slot (`slots`: the modules its probe preloads, ProbeSpec.preload), all at once, for
+    probes that ask for a new parent (`ProbeSpec.fresh_parent`): a lockstep pair's two then import torch (and a
+    framework) side by side, not one after the other (one start's wait, not two)."""
     if not _zygotes_used():
         return
     shared = _zygote_env(_child_env())
-    for slot in slots:
+    for slot, preload in slots.items():
         retire_zygote(slot)
         try:
-            _zygotes[slot] = Zygote(python, shared)
+            _zygotes[slot] = Zygote(python, shared, _preloadable(preload))
         except (OSError, ValueError):  # start_child tries again, and falls back to a new process
             pass
 

@@ -55,6 +55,9 @@ class ProbeSpec:
     # (probe/measure.py LoaderHung), from the baseline's batch time (planner/budget.py loader_wait_s); None: no
     # bound but the probe's own limit.
     loader_wait_s: float | None = None
+    # Modules the child will import, its parent process (probe/zygote.py) imports before forking it, once for all its
+    # children: a framework's (frameworks.modules), seconds each. Not for DDP probes (torchrun starts each rank).
+    preload: list[str] = field(default_factory=list)
 
     @property
     def limit_s(self) -> float:

@@ -8,9 +8,16 @@ Why not multiprocessing's forkserver: it re-imports the parent's `__main__` in e
 user's script that calls `tune_advisor.analyze()` without an `if __name__ == "__main__"` guard.
 
 Protocol, JSON lines over the zygote's stdin/stdout, one probe at a time:
+    zygote -> parent  {"ready": true, "preload": REPORT}  once PRELOAD and the command line's modules are imported
     parent -> zygote  {"argv": [spec_path, result_path], "log": log_path, "env": {...}}
     zygote -> parent  {"pid": N}               as soon as the child is forked
     zygote -> parent  {"pid": N, "exitcode": C} when it has exited (negative C: killed by signal -C)
+    parent -> zygote  {"preload": [module, ...]}  between children: import a framework's modules (ProbeSpec.preload)
+    zygote -> parent  {"preload": REPORT}
+REPORT (`_preload`): {"imported": [...], "failed": {module: error}, "seconds": S}, and "unsafe": {"module", "why"}
+where an import left a thread running or CUDA initialised: no child may be forked after that, so the zygote exits (its
+ready line then says "ready": false). A failed import is not fatal: the child imports the module itself, as it would
+without this.
 Nothing here is torch work: the child runs the child entry's `main` (process.CHILD_MODULE, named rather than
 imported: it sits above probe/) as the `python -m` child would.
 """
@@ -27,6 +34,7 @@ import sys
 import shutil
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from .process import CHILD_MODULE, die_with_parent
@@ -47,6 +55,13 @@ def serve(requests: int, replies) -> None:
             pending += chunk
         line, pending = pending.split(b"\n", 1)
         request = json.loads(line)
+        if "preload" in request:
+            report = _preload(request["preload"])
+            replies.write(json.dumps({"preload": report}) + "\n")
+            replies.flush()
+            if "unsafe" in report:
+                os._exit(0)  # a fork now could copy a lock another thread holds; a thread would keep exit waiting
+            continue
         zygote = os.getpid()
         pid = os.fork()
         if pid == 0:
@@ -138,20 +153,58 @@ def _child(request: dict, zygote: int) -> None:
             os._exit(code)
 
 
-def main() -> None:
+def main(preload: list[str]) -> None:
+    """Import PRELOAD, then `preload` (a framework's modules: ProbeSpec.preload), say so, and serve requests."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it kills the probe
     importing = threading.Event()
     importing.set()
     threading.Thread(target=_leave_if_orphaned, args=(sys.stdin.fileno(), importing), daemon=True).start()
+    replies = os.fdopen(os.dup(1), "w")
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # nothing else (a module printing as it imports) may write there
     for module in PRELOAD:
         __import__(module)
+    report = _preload(preload)
+    if "unsafe" in report:
+        print(json.dumps({"ready": False, "preload": report}), file=replies, flush=True)
+        os._exit(0)
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _on_termination)
-    replies = os.fdopen(os.dup(1), "w")
-    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # nothing else may write into the reply channel
     importing.clear()  # from here on, the request pipe is serve()'s to read
-    print(json.dumps({"ready": True}), file=replies, flush=True)
+    print(json.dumps({"ready": True, "preload": report}), file=replies, flush=True)
     serve(sys.stdin.fileno(), replies)
+
+
+def _preload(modules: list[str]) -> dict:
+    """Import `modules` here, once, so that every child forked afterwards has them (a framework takes seconds).
+    Never fatal: a failed import is reported, and the child imports the module itself. "unsafe" ({"module", "why"};
+    the rest are not imported) where an import left a thread running (forking copies its locks, held or not,
+    without the thread to release them) or CUDA initialised (a forked child cannot use it)."""
+    began = time.perf_counter()
+    report: dict = {"imported": [], "failed": {}}
+    for name in modules:
+        before = _threads()
+        try:
+            importlib.import_module(name)
+            report["imported"].append(name)
+        except (Exception, SystemExit) as exc:  # a module's top level may raise anything, exit() included
+            report["failed"][name] = f"{type(exc).__name__}: {exc}"
+        started = _threads() - before
+        why = (f"importing it started {len(started)} thread(s)" if started else
+               "importing it initialised CUDA" if sys.modules["torch"].cuda.is_initialized() else None)
+        if why:
+            report["unsafe"] = {"module": name, "why": why}
+            break
+    report["seconds"] = round(time.perf_counter() - began, 3)
+    return report
+
+
+def _threads() -> set:
+    """The ids of this process's threads: the kernel's list, native threads (OpenMP's, CUDA's) included, where
+    /proc has one; else Python's."""
+    try:
+        return set(os.listdir("/proc/self/task"))
+    except OSError:
+        return {thread.ident for thread in threading.enumerate()}
 
 
 def _leave_if_orphaned(requests: int, importing: threading.Event) -> None:
@@ -164,4 +217,4 @@ def _leave_if_orphaned(requests: int, importing: threading.Event) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
