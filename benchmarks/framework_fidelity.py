@@ -36,8 +36,11 @@ FIXTURES = {"hf_trainer": ROOT / "fixtures" / "hf_trainer.py",
             "tiny_gan": WORKLOADS / "tiny_gan.py", "tiny_scheduled": WORKLOADS / "tiny_scheduled.py",
             "tiny_compute_loss": WORKLOADS / "tiny_compute_loss.py"}
 WARM_BATCHES = 12  # batches left out at the start of the plain loop (compiles, allocator, first batches)
-MEASURED_BATCHES = 200  # batches timed: as many as a probe's window holds at its step cap
-PROTOCOL = {"warmup_steps": 3, "min_steps": 20, "min_time_s": 2.0, "max_time_s": 15.0}
+MEASURED_BATCHES = 200  # batches timed at least ...
+MIN_TIME_S = 2.0  # ... and seconds: the probe's window below lasts at least as long (its protocol's min_time_s)
+# A probe's window: at least MIN_TIME_S, its step cap far enough not to cut millisecond steps' windows to a fraction
+# of a second (one stray stall then moved a round's ratio by 10-30%).
+PROTOCOL = {"warmup_steps": 3, "min_steps": 20, "min_time_s": MIN_TIME_S, "max_time_s": 15.0, "max_steps": 5000}
 
 
 def _load(name: str):
@@ -48,7 +51,8 @@ def _load(name: str):
 
 
 class Batches:
-    """Each batch's end and size; says stop once WARM_BATCHES + MEASURED_BATCHES have ended."""
+    """Each batch's end and size; says stop once WARM_BATCHES + MEASURED_BATCHES have ended, MIN_TIME_S after the
+    first timed one."""
 
     def __init__(self):
         self.ends: list[float] = []
@@ -59,7 +63,8 @@ class Batches:
             gc.collect()  # start-up's backlog, as a probe's window does before its clock (measure.Window.open)
         self.ends.append(time.perf_counter())
         self.sizes.append(size)
-        return len(self.ends) >= WARM_BATCHES + MEASURED_BATCHES
+        return (len(self.ends) >= WARM_BATCHES + MEASURED_BATCHES
+                and self.ends[-1] - self.ends[WARM_BATCHES - 1] >= MIN_TIME_S)
 
     def rate(self) -> dict:
         first = WARM_BATCHES - 1
@@ -89,8 +94,8 @@ def plain_hf(name: str) -> dict:
 
 
 def plain_lightning(name: str) -> dict:
-    """Trainer.fit() with the file's TRAINER_ARGS (no logger or checkpoints, one CPU device, as a probe's; its own
-    step count, which a module's schedule may read)."""
+    """Trainer.fit() with the file's TRAINER_ARGS (no logger or checkpoints, one CPU device, and steps enough for the
+    clock, as a probe's)."""
     import lightning as L
 
     module = _load(name)
@@ -100,7 +105,7 @@ def plain_lightning(name: str) -> dict:
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             trainer.should_stop = clock.ended(len(batch[0]))
 
-    args = {**module.TRAINER_ARGS, "accelerator": "cpu", "devices": 1,
+    args = {**module.TRAINER_ARGS, "max_steps": 10 ** 6, "accelerator": "cpu", "devices": 1,  # the clock stops it
             "logger": False, "enable_checkpointing": False, "num_sanity_val_steps": 0, "limit_val_batches": 0,
             "default_root_dir": tempfile.mkdtemp(prefix="lightning-fidelity-"), "callbacks": [Clock()]}
     L.Trainer(**args).fit(module.build_module())
