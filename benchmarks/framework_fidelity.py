@@ -105,7 +105,8 @@ def plain_lightning(name: str) -> dict:
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             trainer.should_stop = clock.ended(len(batch[0]))
 
-    args = {**module.TRAINER_ARGS, "max_steps": 10 ** 6, "accelerator": "cpu", "devices": 1,  # the clock stops it
+    args = {**module.TRAINER_ARGS, "max_steps": 10 ** 9, "max_epochs": -1,  # the clock stops it, as a probe's
+            "accelerator": "cpu", "devices": 1,
             "logger": False, "enable_checkpointing": False, "num_sanity_val_steps": 0, "limit_val_batches": 0,
             "default_root_dir": tempfile.mkdtemp(prefix="lightning-fidelity-"), "callbacks": [Clock()]}
     L.Trainer(**args).fit(module.build_module())

@@ -4,6 +4,7 @@ whole loader waves, or to whole epochs when the next is near."""
 from __future__ import annotations
 
 from tune_advisor.probe.spec import Protocol
+from tune_advisor.probe import window
 from tune_advisor.probe.window import EPOCH_ROUNDING_CAP, MIN_WAVES_AT_CAP, EpochWindow, StopRule, step_cap
 
 STEADY = [0.1] * 40  # steps that vary by nothing: the protocol's noise is met
@@ -60,7 +61,26 @@ def test_the_protocol_is_met_by_enough_steady_steps_and_time():
     assert not rule.done(STEADY[:9], 1.5)  # too few steps
     assert not rule.done(STEADY[:12], 0.5)  # too short
     assert not rule.done(NOISY[:12], 1.5)  # too noisy
-    assert rule.done(STEADY[:12], 1.5)
+    assert StopRule(Protocol(min_steps=10, min_time_s=1.0), workers=0, epoch_steps=None).done(STEADY[:12], 1.5)
+
+
+def test_the_noise_is_judged_again_only_as_the_window_grows(monkeypatch):
+    # GIVEN a window whose noise never meets the bar, counted each time it is judged
+    judged = []
+
+    def noise(step_s, wave):
+        judged.append(len(step_s))
+        return float("inf")
+
+    monkeypatch.setattr(window, "wave_noise", noise)
+    rule = StopRule(Protocol(min_steps=20, min_time_s=1.0, max_steps=10_000), workers=0, epoch_steps=None)
+    steps = [0.002] * 5000
+    for n in range(1, len(steps) + 1):
+        assert not rule.done(steps[:n], 1.0 + n * 0.002)
+    # THEN it was judged from the protocol's minimum on, each time the window had grown by NOISE_RECHECK, not at
+    # every step (each judgement costs time in proportion to the steps, inside the loop being measured)
+    assert judged[0] == 20 and len(judged) < 120  # of 4,981 steps
+    assert all(b >= a * window.NOISE_RECHECK for a, b in zip(judged, judged[1:]))
 
 
 def test_a_noisy_measurement_stops_at_a_cap():
