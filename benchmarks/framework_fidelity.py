@@ -3,7 +3,7 @@
 
 A probe runs the framework's own loop (`trainer.train()` / `Trainer.fit()`, probe/loop.py), stopped by its callback.
 Against it, the same loop run plainly in a fresh process: the object as the file builds it, its own arguments (only
-the step count and, for Lightning, no logger or checkpoints, as a probe sets), timed by a callback at each batch's
+the step count, and no checkpoints, evaluation or loggers, as a probe sets them), timed by a callback at each batch's
 end, the first WARM_BATCHES left out. Each fixture, at its own settings, runs in rounds of one each, who goes first
 alternating. Both are given in samples per second (batches of batch_size samples). Prints each round and the centre
 of the rounds' ratios with the 95% CI of their geometric mean (a fresh process's throughput varies by itself, so a
@@ -74,10 +74,19 @@ class Batches:
 
 def plain_hf(name: str) -> dict:
     """The Trainer's own train(), as the file builds it: each micro-batch's end (substep or step) timed."""
+    import dataclasses
+
     from transformers import TrainerCallback
 
+    from tune_advisor.frameworks.hf_loop import PROBE_FIELDS
+
     trainer = _load(name).build_trainer()
-    trainer.args.max_steps = 10 ** 6  # the clock stops it; no save or log of the file's falls due so early
+    # as a probe sets them (the clock stops training; no checkpoint or evaluation falls in the window: a checkpoint
+    # at the file's save_steps made two rounds of tiny_compute_loss's plain loop read a third of the others)
+    names = {f.name for f in dataclasses.fields(trainer.args)}
+    trainer.args = dataclasses.replace(trainer.args, **{k: v for k, v in PROBE_FIELDS.items() if k in names},
+                                       output_dir=tempfile.mkdtemp(prefix="hf-fidelity-"))
+    trainer.create_accelerator_and_postprocess()
     size = trainer.args.per_device_train_batch_size
     clock = Batches()
 
