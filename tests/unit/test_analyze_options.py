@@ -20,7 +20,7 @@ def test_durations_sizes_paths_and_lists_are_normalised():
     assert options.max_memory == 2 * 2**30 and options.protocol == Protocol()
     assert options.only_knobs == ("amp", "batch_size") and options.select == ("TA1",)
     assert options.command == ("tune-advisor",) and options.ignore is None
-    assert AnalyzeOptions(budget=None).budget is None and AnalyzeOptions().budget == 10 * 60
+    assert AnalyzeOptions(budget=None).budget is None and AnalyzeOptions().budget == 3 * 60
     with pytest.raises(dataclasses.FrozenInstanceError):
         options.budget = 1.0
 
