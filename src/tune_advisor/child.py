@@ -27,7 +27,9 @@ from .probe.spec import ProbeSpec
 def main(argv: list[str]) -> int:
     children_die_with_this()  # loader workers paused with this probe must not outlive it
     spec = ProbeSpec.from_json(Path(argv[0]).read_text())
-    result_path = Path(argv[1])
+    # absolute: a script probe runs in a folder of its own (script/mirror.py), and a relative path (`analyze -o
+    # reports/x` run where the script's folder is) would then write the phase notes there, listed as the script's
+    result_path = Path(argv[1]).absolute()
     phase = Phase(result_path)
     if spec.mode == "inspect":
         result = inspect(spec, phase)
