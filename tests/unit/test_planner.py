@@ -115,6 +115,28 @@ def test_after_double_steps_the_rung_skipped_above_the_best_is_tried():
     assert outcome.recommended.settings["batch_size"] == 128
 
 
+def test_a_training_that_ends_inside_a_lockstep_confirmation_is_confirmed_in_turn(monkeypatch):
+    # GIVEN lockstep confirmation pairs in which the faster side's training ends by itself (a script out of epochs)
+    # before the slower side measured enough, and a batch of 64 twice as fast as the baseline's 16
+    pair = FakeBackend.pair
+
+    def runs_out(self, specs, roles, first):
+        results = pair(self, specs, roles, first)
+        if roles[0].startswith("confirm"):
+            fast, slow = sorted(results, key=lambda r: -r.settings["batch_size"])
+            slow.status, slow.error = Status.STOPPED, f"stopped: its lockstep partner {fast.id} ended (ok)"
+            slow.extra["lockstep"]["partner_status"] = "ok"
+        return results
+
+    monkeypatch.setattr(FakeBackend, "pair", runs_out)
+    outcome, backend = run_plan(lambda s: 1000.0 * (2 if s["batch_size"] == 64 else 1), workload=MLP,
+                                device=CPU_NO_BF16, search={"batch_size": [16, 64], "amp": ["off"]}, lockstep=True)
+    # THEN the rounds run one after the other, the batch of 64 is confirmed, and a note says why
+    assert outcome.recommended.settings["batch_size"] == 64 and 1.9 < outcome.speedup["median"] < 2.1
+    assert "one after the other" in outcome.speedup["method"]
+    assert any("training ended by itself" in n and "one after the other" in n for n in outcome.notes)
+
+
 def test_a_downward_ladder_says_where_fewer_stopped_gaining():
     # GIVEN 8 loader workers, 16 clearly slower, and 1 to 8 all alike
     rates = {0: 300.0, 1: 1000.0, 2: 1000.0, 4: 1000.0, 8: 1000.0, 16: 700.0}

@@ -121,7 +121,11 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
 
     `session` is the planner's Session (planner/session.py).
     """
-    rounds, timed = _rounds(session, base, winner)
+    rounds, timed, ran_out = _rounds(session, base, winner)
+    if ran_out:
+        notes.append(f"the confirmation's lockstep round ended when {ran_out.id}'s training ended by itself (a script "
+                     "that ran out of epochs), before its partner had measured enough: its rounds ran one after the "
+                     "other instead")
     failed = min((r for pair in rounds for r in pair if not r.ok), default=None, key=lambda r: r.stopped_by_partner)
     finished = _finished(rounds)
     if failed is not None:
@@ -148,13 +152,16 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
     return winner, speedup
 
 
-def _rounds(session, base: ProbeResult, winner: ProbeResult) -> tuple[list[tuple[ProbeResult, ProbeResult]], bool]:
-    """The confirmation's rounds, as many as `confirm`'s rules ask and the budget allows, and whether they ran in
-    timed turns."""
+def _rounds(session, base: ProbeResult, winner: ProbeResult
+            ) -> tuple[list[tuple[ProbeResult, ProbeResult]], bool, ProbeResult | None]:
+    """The confirmation's rounds, as many as `confirm`'s rules ask and the budget allows; whether they ran in timed
+    turns; and the side whose training ended by itself in a lockstep round before its partner had measured enough
+    (None if none): the rounds then run one after the other, where each side measures what its training holds."""
     rounds: list[tuple[ProbeResult, ProbeResult]] = []
     started = session.budget.elapsed()
     turn, timed = _kind(session.pairs(base, winner), base, winner)
     least = CONFIRM_MIN_ROUNDS_IN_TURN if turn else CONFIRM_MIN_ROUNDS
+    ran_out = None
     for i in range(CONFIRM_MAX_ROUNDS_IN_TURN):
         if i >= CONFIRM_MAX_ROUNDS and not timed and all("lockstep" in r.extra for pair in rounds for r in pair) and (
                 _spanned(session, started) or not _affords_round(session, base, winner, turn, grace=False)):
@@ -166,11 +173,25 @@ def _rounds(session, base: ProbeResult, winner: ProbeResult) -> tuple[list[tuple
             break
         a, b = session.duel(base, winner, ("confirm:baseline", "confirm:recommended"), first=i % 2,
                             window_s=CONFIRM_TURN_WINDOW_S, turn_s=CONFIRM_TURN_S if timed else None,
-                            fresh=CONFIRM_FRESH_PARENTS and _affords_round(session, base, winner, turn, fresh=True))
+                            fresh=CONFIRM_FRESH_PARENTS and _affords_round(session, base, winner, turn, fresh=True),
+                            in_turn=turn)
+        ended = _ran_out(a, b)
+        if ended is not None and not turn and ran_out is None:
+            ran_out, turn, timed, least = ended, True, False, CONFIRM_MIN_ROUNDS_IN_TURN
+            continue  # this round again, in turn
         rounds.append((a, b))
         if not (a.ok and b.ok):
             break
-    return rounds, timed
+    return rounds, timed, ran_out
+
+
+def _ran_out(a: ProbeResult, b: ProbeResult) -> ProbeResult | None:
+    """The side of a lockstep pair whose training ended by itself (ok) while its partner, stopped with it, had not
+    measured enough; None otherwise."""
+    for side, partner in ((a, b), (b, a)):
+        if side.ok and partner.stopped_by_partner and partner.extra["lockstep"]["partner_status"] == "ok":
+            return side
+    return None
 
 
 def _speedup(session, rounds: list[tuple[ProbeResult, ProbeResult]], base: ProbeResult, winner: ProbeResult,

@@ -89,20 +89,20 @@ class Session:
     def duel(self, reference: ProbeResult, candidate: ProbeResult | Settings,
              roles: tuple[str, str] = (DUEL_ROLE, DUEL_ROLE), first: int = 0,
              window_s: float | None = None, turn_s: float | None = None,
-             fresh: bool = False) -> tuple[ProbeResult, ProbeResult]:
+             fresh: bool = False, in_turn: bool = False) -> tuple[ProbeResult, ProbeResult]:
         """Measure both settings again (`candidate`: a probe, or settings not yet measured), together in
         lockstep, step by step (`backend.pair`: probe/lockstep.py), so both see the same moments of the
         machine, each side's turns lasting about `turn_s` where given; one after the other where the backend
         cannot pair them (`pairing`), each then measuring at most `window_s` where given. `first` is the side
-        that moves (or runs) first; `fresh`: each side forked from a new parent (ProbeSpec.fresh_parent). Returns
-        the new (reference, candidate) results."""
+        that moves (or runs) first; `fresh`: each side forked from a new parent (ProbeSpec.fresh_parent);
+        `in_turn`: one after the other even where they could pair. Returns the new (reference, candidate) results."""
         if isinstance(candidate, ProbeResult):
             paired = self.pairs(reference, candidate)
             candidate = candidate.settings
         else:
             paired = self._can_pair(reference, candidate)
         sides = (reference.settings, candidate)
-        if paired:
+        if paired and not in_turn:
             a, b = self._in_lockstep(sides, roles, first, turn_s, fresh)
         else:  # in turn, each recorded as it finishes (a resumed run replays them in this order)
             done = {i: self.run(sides[i], roles[i], reuse=False, window_s=window_s, fresh=fresh)
