@@ -19,7 +19,7 @@ from tune_advisor import knobs, workload
 from tune_advisor.probe import evidence
 from tune_advisor.probe.spec import ProbeSpec, Protocol
 from tune_advisor.script import driver
-from tune_advisor.script.hooks import Hooks, ScriptStop, outermost_module
+from tune_advisor.script.hooks import ForwardHooks, Hooks, ScriptStop, outermost_module
 
 from ..conftest import BAD
 
@@ -442,3 +442,19 @@ def test_a_script_without_a_loader_takes_its_mapped_batch_size_from_its_command_
     assert found["script"]["batch_size_from"] == {"flag": "--batch_size=", "value": 12}
     assert set(found["script"]["wrote"]) >= {"out", "train_log.txt"}
     assert not (folder / "out").exists() and not (folder / "train_log.txt").exists()
+
+
+def test_the_amp_knobs_autocast_around_a_compiled_models_forward_is_entered_and_left_eagerly():
+    # GIVEN the amp knob's hooks on a model the script then compiles (dynamo's eager backend: the trace is what
+    # matters, and it compiles in a moment)
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+    hooks = ForwardHooks("bf16", "cpu", channels_last=False)
+    model.register_forward_pre_hook(hooks.before)
+    model.register_forward_hook(hooks.after)
+    compiled = torch.compile(model, backend="eager")
+    # WHEN it trains a few steps (traced, the autocast's exit raised: AttributeError: no attribute 'prev')
+    for _ in range(3):
+        out = compiled(torch.randn(4, 8))
+        out.float().sum().backward()
+    # THEN the forward ran in bf16, and autocast is off again after it
+    assert out.dtype == torch.bfloat16 and not torch.is_autocast_enabled("cpu") and hooks.entered == []

@@ -386,6 +386,10 @@ class ForwardHooks:
         self.amp, self.device_type, self.channels_last = amp, device_type, channels_last
         self.entered: list = []  # our autocast contexts of forwards still running (nested calls)
 
+    # Run eagerly, outside a torch.compile'd model's trace: traced, the autocast's __enter__ became part of the
+    # graph and never ran in Python, and __exit__ after it raised (AttributeError: no attribute 'prev'); entered
+    # eagerly around the compiled forward, the autocast state is one the compiled graph is traced and guarded under.
+    @torch.compiler.disable
     def before(self, module, args):
         if not self.entered and _watching is not None and torch.is_autocast_enabled(self.device_type):
             _watching.own_autocast = True
@@ -397,6 +401,7 @@ class ForwardHooks:
             return tuple(_channels_last(a) for a in args)
         return None
 
+    @torch.compiler.disable
     def after(self, module, args, output):
         if self.entered:
             self.entered.pop().__exit__(None, None, None)
