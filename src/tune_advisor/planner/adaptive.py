@@ -493,9 +493,9 @@ class AdaptivePlanner(Planner):
     def _between(self, best: ProbeResult, ups: list, rungs: list) -> ProbeResult:
         """After a strided walk: the skipped rungs between the best and the next rung walked above it, as the
         budget allows; the skipped rungs no probe measured are listed (above the batch kept: over budget)."""
-        kept = best.settings["batch_size"]
-        above = [r for r in rungs if r > kept]
-        between = [v for v in ups if v not in rungs and kept < v < (above[0] if above else float("inf"))]
+        walked = best.settings["batch_size"]
+        above = [r for r in rungs if r > walked]
+        between = [v for v in ups if v not in rungs and walked < v < (above[0] if above else float("inf"))]
         if between:
             best = self._ladder("batch_size", best, between)
         ledger, kept = self.session.ledger, best.settings["batch_size"]

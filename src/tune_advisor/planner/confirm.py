@@ -176,7 +176,7 @@ def _rounds(session, base: ProbeResult, winner: ProbeResult
                             fresh=CONFIRM_FRESH_PARENTS and _affords_round(session, base, winner, turn, fresh=True),
                             in_turn=turn)
         ended = _ran_out(a, b)
-        if ended is not None and not turn and ran_out is None:
+        if ended is not None and not turn:  # once: the rounds after it run in turn
             ran_out, turn, timed, least = ended, True, False, CONFIRM_MIN_ROUNDS_IN_TURN
             continue  # this round again, in turn
         rounds.append((a, b))
