@@ -8,20 +8,20 @@ from typing import Any, Callable
 
 
 def shorten_confirmation(setattr_: Callable[[Any, str, Any], None]) -> None:
-    """The confirmation at the fewest rounds its rules allow (CONFIRM_ROUNDS step by step, CONFIRM_MIN_ROUNDS_IN_TURN
-    in turn), not spread over a fifth of the budget, its probes forked from the long-lived zygotes, without the
-    runs alone after the rounds (the figures then come from the plan's own runs alone): end-to-end tests check
-    what an analysis decides and writes, and on tiny workloads the default confirmation was most of their time (a
-    16-round one, 34 probes, took 103 s of the Ray grid test's 112; the kill-and-resume test's resumed run,
-    a fifth of its 2-minute budget; the Trainer test's confirmation, 10 of its 12 probes, 31 s of its 50). How long a
-    confirmation goes on, and its runs alone, are tested with fakes (tests/unit/test_planner.py); new parents in
-    tests/integration/test_lockstep.py and test_probe_statuses.py."""
+    """The confirmation at most CONFIRM_ROUNDS rounds of any kind (where its precision would ask more), not spread
+    over a fifth of the budget, its probes forked from the long-lived zygotes, without the runs alone after the
+    rounds (the figures then come from the plan's own runs alone): end-to-end tests check what an analysis decides
+    and writes, and on tiny workloads the default confirmation was most of their time (a 16-round one, 34 probes,
+    took 103 s of the Ray grid test's 112; the kill-and-resume test's resumed run, a fifth of its 2-minute budget;
+    the Trainer test's confirmation, 10 of its 12 probes, 31 s of its 50). How long a confirmation goes on, and its
+    runs alone, are tested with fakes (tests/unit/test_planner.py); new parents in tests/integration/test_lockstep.py
+    and test_probe_statuses.py."""
     from tune_advisor.planner import confirm
 
     setattr_(confirm, "CONFIRM_FRESH_PARENTS", False)
     setattr_(confirm, "CONFIRM_SPAN_SHARE", 0.0)
     setattr_(confirm, "CONFIRM_MAX_ROUNDS", confirm.CONFIRM_ROUNDS)
-    setattr_(confirm, "CONFIRM_MAX_ROUNDS_IN_TURN", confirm.CONFIRM_MIN_ROUNDS_IN_TURN)
+    setattr_(confirm, "CONFIRM_MAX_ROUNDS_IN_TURN", confirm.CONFIRM_ROUNDS)
     setattr_(confirm, "CONFIRM_ALONE", 0)
 
 

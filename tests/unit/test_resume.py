@@ -102,7 +102,7 @@ def test_resuming_a_finished_run_runs_nothing():
 def test_a_plan_that_takes_another_path_discards_the_rest_and_numbers_on():
     # GIVEN a run with no budget interrupted late, resumed with a budget that allows fewer probes
     _, _, first_backend, saved = run(stop_after=12)
-    again, outcome, backend, _ = run(budget_s=65.0, finished=reloaded(saved), calls_before=first_backend.calls)
+    again, outcome, backend, _ = run(budget_s=45.0, finished=reloaded(saved), calls_before=first_backend.calls)
     # THEN the replay stops where the plan differs; the probes not asked for again are discarded
     reused, discarded = again.ledger.reused, again.ledger.discarded
     assert reused and discarded and len(reused) + len(discarded) == len(saved)

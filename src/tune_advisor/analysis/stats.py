@@ -147,14 +147,15 @@ def t95(df: int) -> float:
     return _T95[df - 1] if df <= len(_T95) else Z95
 
 
-def pooled_log_sd(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
+def pooled_log_sd(groups: Sequence[Sequence[float]], prior: tuple[float, int] | None = None) -> tuple[float, int]:
     """(sd, degrees of freedom) of the logs of positive values, pooled over the groups that hold two or more
     (each group's own mean removed); (NaN, 0) when none does.
 
     Used for repeated runs of several settings in one session: how far one run drifts from the next is mostly a
     property of the machine, not of the settings, so settings measured once borrow the spread of those measured
-    more often, and the pooled estimate has the degrees of freedom of all of them."""
-    squares, df = 0.0, 0
+    more often, and the pooled estimate has the degrees of freedom of all of them. `prior` (sd, degrees of
+    freedom): a spread known from elsewhere, pooled in as one more group of that many degrees of freedom."""
+    squares, df = (prior[0] ** 2 * prior[1], prior[1]) if prior is not None else (0.0, 0)
     for group in groups:
         logs = np.log(np.asarray([v for v in group if v > 0], dtype=float))
         if logs.size >= 2:

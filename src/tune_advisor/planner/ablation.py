@@ -45,6 +45,13 @@ def ablate(session, base: ProbeResult, winner: ProbeResult,
         value = current.settings[name]
         record: dict[str, Any] = {"knob": name, "value": value, "without": base.settings[name]}
         records.append(record)
+        if {**current.settings, name: base.settings[name]} == base.settings:
+            # the recommendation's last change: without it, it is the baseline, and the confirmation measures
+            # exactly that pair, with more rounds (a 1-minute tiny_batch_mlp run spent 7 s on this pair first)
+            record.update(kept=True, why="measured by the confirmation: without it the settings are the baseline")
+            decisions.append(f"ablation: {knobs.describe({name: value})} is the only change left: the confirmation "
+                             "measures it against the baseline")
+            continue
         measured = _measure(session, base, current, name, len(names) - i, record)
         if measured is None:  # the record says why
             continue

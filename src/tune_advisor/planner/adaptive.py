@@ -449,7 +449,7 @@ class AdaptivePlanner(Planner):
             why = f"num_workers={v}: more than the cores can feed"
             if v > start and v not in ups and why not in self.session.ledger.unexplored:  # the ladder may be re-opened
                 self.session.ledger.unexplored.append(why)
-        best = self._ladder("num_workers", current, ups)
+        best = self._walk_up("num_workers", current, ups)
         # More did not help: maybe fewer do (a baseline oversubscribing the cores). Only on the first visit: a
         # re-opened ladder follows a larger batch or faster compute, which ask more of the loader, not less (one
         # augment_cpu run walked 2 -> 1 -> 0 workers again after batch 64 and 128: six probes, 25 s of its 180).
@@ -464,11 +464,7 @@ class AdaptivePlanner(Planner):
         if not listed:  # keep doubling from wherever the batch stands now
             bound = min(DEFAULT_MAX_BATCH, self.ctx.workload.dataset_len or DEFAULT_MAX_BATCH)
             values = [start * 2**i for i in range(1, 13) if start * 2**i <= bound]
-        ups = [v for v in values if v > start]
-        rungs = self._strided(ups)
-        best = self._ladder("batch_size", current, rungs)
-        if rungs != ups:
-            best = self._between(best, ups, rungs)
+        best = self._walk_up("batch_size", current, [v for v in values if v > start])
         if best is current and listed:
             best = self._ladder("batch_size", current, [v for v in reversed(values) if v < start])
         f = self.frontier
@@ -477,33 +473,43 @@ class AdaptivePlanner(Planner):
             best = self.bisect(best)
         return best
 
-    def _strided(self, ups: list) -> list:
-        """The batch ladder's rungs to walk up: all of them where the budget affords a probe and its duel for each;
-        else every other one from the second, and the largest, so each step is twice as large (4x on a doubling
-        ladder) and a short budget reaches the ladder's far end, where a per-step-bound workload's large gains are,
-        instead of stopping half-way (tiny_batch_mlp's 1-minute run walked 8 and 16 of 8-512 and kept 16: 3.3x,
-        where its full plan kept a batch of 512). `_between` then tries the rungs skipped above the best."""
-        if len(ups) < 3 or self.session.budget.affordable(probes=2 * len(ups), confirming=True):
+    def _walk_up(self, name: str, current: ProbeResult, ups: list) -> ProbeResult:
+        """The ladder `name` walked up `ups` from `current`, in double steps where the budget is short (`_strided`,
+        `_between`); the best probe."""
+        rungs = self._strided(name, ups)
+        best = self._ladder(name, current, rungs)
+        return best if rungs == ups else self._between(name, best, ups, rungs)
+
+    def _strided(self, name: str, ups: list) -> list:
+        """A ladder's rungs to walk up: all of them where walking them all, a probe and its duel each, would take
+        at most half of what the budget leaves before the confirmation; else every other one from the second, and
+        the largest, so each step is twice as large (4x on a doubling ladder) and a short budget reaches the
+        ladder's far end, where the large gains are, and keeps time for the knobs after it: tiny_batch_mlp's
+        1-minute runs walked 8 and 16 of 8-512 and kept 16 (3.3x), and, once a ladder's rungs ran as lockstep
+        pairs, all seven rungs to 512 in 27 s, leaving amp and the fused optimizer (another 2.3x) over budget;
+        io_bound's walked 1 and 2 of up to 32 loader workers. `_between` then tries the rungs skipped above the
+        best."""
+        if len(ups) < 3 or self.session.budget.affordable(probes=4 * len(ups), confirming=True):
             return ups
         rungs = ups[1::2] + ups[-1:] if len(ups) % 2 else ups[1::2]
-        self.decisions.append(f"batch_size ladder in double steps ({', '.join(map(str, rungs))} of "
+        self.decisions.append(f"{name} ladder in double steps ({', '.join(map(str, rungs))} of "
                               f"{', '.join(map(str, ups))}): the budget could not walk every rung")
         return rungs
 
-    def _between(self, best: ProbeResult, ups: list, rungs: list) -> ProbeResult:
+    def _between(self, name: str, best: ProbeResult, ups: list, rungs: list) -> ProbeResult:
         """After a strided walk: the skipped rungs between the best and the next rung walked above it, as the
-        budget allows; the skipped rungs no probe measured are listed (above the batch kept: over budget)."""
-        walked = best.settings["batch_size"]
+        budget allows; the skipped rungs no probe measured are listed (above the value kept: over budget)."""
+        walked = best.settings[name]
         above = [r for r in rungs if r > walked]
         between = [v for v in ups if v not in rungs and walked < v < (above[0] if above else float("inf"))]
         if between:
-            best = self._ladder("batch_size", best, between)
-        ledger, kept = self.session.ledger, best.settings["batch_size"]
+            best = self._ladder(name, best, between)
+        ledger, kept = self.session.ledger, best.settings[name]
         for v in ups:
-            listed = any(u.startswith(f"batch_size={v}: ") for u in ledger.unexplored)  # by _ladder's budget check
-            if v not in rungs and not listed and ledger.seen({**best.settings, "batch_size": v}) is None:
-                ledger.unexplored.append(f"batch_size={v}: over budget (the ladder took double steps)" if v > kept else
-                                         f"batch_size={v}: below the batch kept (the ladder took double steps)")
+            listed = any(u.startswith(f"{name}={v}: ") for u in ledger.unexplored)  # by _ladder's budget check
+            if v not in rungs and not listed and ledger.seen({**best.settings, name: v}) is None:
+                ledger.unexplored.append(f"{name}={v}: over budget (the ladder took double steps)" if v > kept else
+                                         f"{name}={v}: below the value kept (the ladder took double steps)")
         return best
 
     def _ladder(self, name: str, current: ProbeResult, values: list) -> ProbeResult:

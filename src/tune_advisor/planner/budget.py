@@ -146,19 +146,19 @@ class Budget:
             return None
         if role.startswith("confirm"):
             return self.limit_s * (1 + CONFIRM_GRACE) - self.elapsed()
-        if role.startswith(ablation.ROLE):  # its pair was afforded with the confirmation after it
-            return self.limit_s - self.confirmation_s(ablations=0) - self.elapsed()
-        return self.limit_s - self.confirmation_s() - self.elapsed()
+        return self.limit_s - self.confirmation_s() - self.elapsed()  # an ablation pair was afforded likewise
 
     def limits(self, role: str) -> ProbeLimits:
         """A probe's limits now (`probe_limits`): what is left for it, at least MIN_PROBE_S."""
         left = self.time_left(role)
         return probe_limits(role, None if left is None else max(left, MIN_PROBE_S))
 
-    def confirmation_s(self, ablations: int | None = None) -> float:
-        """What the end of the plan will take: the ablation's pairs (`ablations` of them; default one per knob
-        the current best changes) and the confirmation's least rounds of the baseline against the current best,
-        and their runs alone (`confirm.reserve_s`; a further round only where time is left then)."""
+    def confirmation_s(self, ablations: int = 0) -> float:
+        """What the end of the plan will take: `ablations` ablation pairs and the confirmation's least rounds of
+        the baseline against the current best (`confirm.reserve_s`; further rounds and the runs alone only where
+        time is left then). Exploring keeps back the confirmation alone: the ablation measures what time is left
+        after it, and where none is, the search's own measures of each knob decide (planner/ablation.py); a
+        1-minute cnn run held back three ablation pairs (17 s) while amp, channels_last and a batch ladder waited."""
         base = self.ledger.baseline
         if base is None:
             return CONFIRM_RESERVE * self.typical_probe_s()
@@ -166,8 +166,6 @@ class Budget:
         if best is None:  # nothing to confirm yet: the time goes to exploring (issue 63: 1-minute runs ended with
             return 0.0  # knobs "over budget" and a third of the budget held back for a confirmation never run)
         confirming = reserve_s(pairing.pairs(self.backend, base, best), self.fresh_parent_s, base, best)
-        if ablations is None:
-            ablations = len(ablation.ablatable(base.settings, best.settings))
         return confirming + self.ablation_pair_s() * ablations
 
     def loader_wait_s(self, settings: dict[str, Any]) -> float | None:
