@@ -683,14 +683,15 @@ def test_a_real_gain_hidden_by_a_slow_moment_is_found_by_a_lockstep_pair():
     outcome, backend = run_plan(lambda s: 1000.0 * (1.12 if s["amp"] == "bf16" else 1.0), workload=MLP,
                                 search={"batch_size": [16]}, device=CPU_AMP_ONLY, lockstep=True,
                                 moment=lambda s, role: 0.85 if s["amp"] == "bf16" and role == "knob:amp" else 1.0)
-    # THEN its one pair beside the baseline found the gain, and the confirmation (three more pairs) measured it;
-    # the recommendation's only change, so no ablation pair of its own: that would be the confirmation's pair
+    # THEN its one pair beside the baseline found the gain, and the confirmation measured it (seven pairs: below
+    # seven, the spread of rounds of fresh processes keeps the CI wider than ±5%); the recommendation's only change,
+    # so no ablation pair of its own: that would be the confirmation's pair
     assert outcome.recommended.settings["amp"] == "bf16"
     assert any(d.startswith("amp: kept amp=bf16 (1.1") and "in lockstep" in d for d in outcome.decisions)
     assert [(a["knob"], a["why"]) for a in outcome.ablation] == [
         ("amp", "measured by the confirmation: without it the settings are the baseline")]
     assert 1.09 < outcome.speedup["median"] < 1.15 and outcome.speedup["ci_low"] > 1.03
-    assert "lockstep" in outcome.speedup["method"] and len(backend.pairs) == 4
+    assert "lockstep" in outcome.speedup["method"] and len(backend.pairs) == 1 + 7
 
 
 def test_clear_cases_are_decided_without_a_duel():
@@ -1511,9 +1512,9 @@ def test_a_confirmation_with_one_finished_round_states_that_rounds_figure_and_na
                                                                                                 said):
     from tune_advisor.planner.confirm import confirm
 
-    # GIVEN a winner 1.4x the baseline (in lockstep, step by step) or 2x (in turn) whose second confirmation round
-    # crashes, or is stopped (by the budget), the first finished
-    calls, gain = {"winner": 0}, 1.4 if lockstep else 2.0
+    # GIVEN a winner 2x the baseline whose second confirmation round crashes, or is stopped (by the budget), the
+    # first finished
+    calls, gain = {"winner": 0}, 2.0
 
     def rate(s):
         if s["amp"] != "bf16":
@@ -1528,13 +1529,12 @@ def test_a_confirmation_with_one_finished_round_states_that_rounds_figure_and_na
     notes: list[str] = []
     # WHEN it is confirmed
     recommended, speedup = confirm(session, base, winner, notes)
-    # THEN the one round that finished makes the figure, and a note names the failed probe; its interval says it is
-    # within one window (lockstep, step by step, with no other repeated comparison in the run), or rests on the
-    # spread of rounds of fresh processes (in turn: one round tells nothing of it)
+    # THEN the one round that finished makes the figure, and a note names the failed probe; its interval rests on
+    # the spread of rounds of fresh processes (one round tells nothing of how far the next would read)
     assert recommended is winner and "1 round" in speedup["method"]
     assert 0.95 * gain < speedup["median"] < 1.05 * gain
-    assert speedup["ci_low"] <= speedup["median"] <= speedup["ci_high"]
-    assert ("within one window" if lockstep else "pooled with that of rounds of fresh processes") in speedup["interval"]
+    assert speedup["ci_low"] < 0.8 * gain and speedup["ci_high"] > 1.2 * gain
+    assert "that of rounds of fresh processes on these machines" in speedup["interval"]
     # (a stopped probe as not finished, never as failed: it is not a failure)
     noted = [n for n in notes if n.startswith("confirmation probe")]
     assert len(noted) == 1 and said in noted[0] and "the 1 round that finished" in noted[0], notes
@@ -1627,19 +1627,20 @@ def test_the_confirmation_forks_from_new_parents_only_where_the_budget_left_hold
     assert any(s.fresh_parent for s in quick_backend.specs)
 
 
-def test_a_confirmation_whose_rounds_agree_stops_once_its_interval_is_precise():
+@pytest.mark.parametrize("lockstep", [True, False], ids=["lockstep", "in-turn"])
+def test_a_confirmation_whose_rounds_agree_stops_once_its_interval_is_precise(lockstep):
     from tune_advisor.analysis import stats
 
-    # GIVEN rounds within 2% of each other, without a budget
-    # THEN in lockstep step by step (the gain, 1.3x, keeps the steps close): the CI is within ±5% after three
+    # GIVEN rounds within 2% of each other, without a budget (the gain, 1.3x, keeps lockstep steps close: step by
+    # step)
     outcome, _ = run_plan(lambda s: 1000.0 * (1.3 if s["amp"] == "bf16" else 1.0), workload=MLP,
-                          search={"batch_size": [16]}, device=CPU_AMP_ONLY, lockstep=True)
-    assert outcome.recommended.settings["amp"] == "bf16" and "step by step" in outcome.speedup["method"]
-    assert sum(p.role == "confirm:recommended" for p in outcome.probes) == 3
-    # AND in turn: their own spread is pooled with that of rounds of fresh processes until enough rounds (seven)
-    # give an interval of their own, within ±5%
-    outcome, _ = run_plan(cnn_rate)
+                          search={"batch_size": [16]}, device=CPU_AMP_ONLY, lockstep=lockstep)
+    # THEN their spread is pooled with that of rounds of fresh processes until enough rounds (seven) give an
+    # interval of their own, within ±5%, and no more are run
+    assert outcome.recommended.settings["amp"] == "bf16"
+    assert ("step by step" in outcome.speedup["method"]) is lockstep
     assert sum(p.role == "confirm:recommended" for p in outcome.probes) == stats.WALSH_MIN_ROUNDS
+    assert outcome.speedup["ci_high"] / outcome.speedup["median"] < 1.05
 
 
 def test_a_precise_confirmation_goes_on_until_its_rounds_span_a_share_of_the_budget():
@@ -1681,19 +1682,19 @@ def test_a_precise_confirmation_goes_on_until_its_rounds_span_a_share_of_the_bud
     rounds, span, speedup, _ = confirm_span(600.0)
     assert span < CONFIRM_SPAN_SHARE * 600.0 <= span + 2 * 5.0 and rounds > CONFIRM_ROUNDS
     assert 1.45 < speedup["median"] < 1.55
-    # WHEN the confirmation begins late (240 s of a 300 s budget gone) with rounds precise from the third (lockstep,
-    # step by step, 10 s a round): rounds that only spread it over time stop where the budget itself would be
-    # passed (five rounds and the runs alone: 300 s), not in the grace kept for the probes' own variance
-    rounds, span, _, elapsed = confirm_span(300.0, spent=230.0, lockstep=True, gain=1.3)
-    assert rounds == 5 and span < CONFIRM_SPAN_SHARE * 300.0 and elapsed == 300.0
+    # WHEN the confirmation begins late (500 s of a 600 s budget gone) with rounds precise from the seventh
+    # (lockstep, step by step, 10 s a round): rounds that only spread it over time stop where the budget itself
+    # would be passed (nine rounds and the runs alone: 600 s), not in the grace kept for the probes' own variance
+    rounds, span, _, elapsed = confirm_span(600.0, spent=490.0, lockstep=True, gain=1.3)
+    assert rounds == 9 and span < CONFIRM_SPAN_SHARE * 600.0 and elapsed == 600.0
     # WHEN the rounds are lockstep pairs step by step (steps 1.3x apart): past CONFIRM_MAX_ROUNDS too, until they
     # span the share (a lstm_collate run stopped at 8 such rounds in seconds and ended at 61 s of 600, its figure
     # 11% under the re-measure's minutes later), up to CONFIRM_MAX_ROUNDS_IN_TURN
     rounds, span, speedup, _ = confirm_span(600.0, lockstep=True, gain=1.3)
     assert CONFIRM_MAX_ROUNDS < rounds <= CONFIRM_MAX_ROUNDS_IN_TURN and "step by step" in speedup["method"]
     assert span < CONFIRM_SPAN_SHARE * 600.0 <= span + 2 * 5.0
-    # AND without a budget, precise rounds stop at the least, as rounds in turn do
-    assert confirm_span(None, lockstep=True, gain=1.3)[0] == CONFIRM_ROUNDS
+    # AND without a budget, they stop once precise, at seven, as rounds in turn do
+    assert confirm_span(None, lockstep=True, gain=1.3)[0] == stats.WALSH_MIN_ROUNDS
 
 
 def test_a_winner_whose_steps_are_far_longer_is_confirmed_in_lockstep_with_half_second_turns():

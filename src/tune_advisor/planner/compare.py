@@ -189,14 +189,15 @@ def describe_gain(ledger, reference: ProbeResult, candidate: ProbeResult, chaine
     return f"{median:.2f}x [{low:.2f}, {high:.2f}] {how}"
 
 
-def lockstep_drift(ledger) -> tuple[float, int]:
+def lockstep_drift(ledger, prior: tuple[float, int] | None = None) -> tuple[float, int]:
     """(log sd, degrees of freedom) of the round-to-round spread of lockstep ratios, pooled over every pair of
-    settings compared in lockstep more than once (duels, confirmation rounds)."""
+    settings compared in lockstep more than once (duels, confirmation rounds), and over `prior` (a spread known
+    from elsewhere, with its degrees of freedom) where given."""
     groups = []
     for pairs in ledger.duels.values():
         done = [(a, b) for a, b in pairs if a.ok and b.ok and "lockstep" in a.extra and "lockstep" in b.extra]
         groups.append([window_rate(b) / window_rate(a) for a, b in done])
-    return stats.pooled_log_sd(groups)
+    return stats.pooled_log_sd(groups, prior)
 
 
 def promising(median: float, low: float) -> bool:
