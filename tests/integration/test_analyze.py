@@ -143,13 +143,13 @@ def test_cli_rejects_an_unknown_knob_before_any_probe(cli, tmp_path):
 
 
 def test_budget_bounds_the_wall_time_and_lists_what_was_left(cli, tmp_path):
-    # GIVEN a loader-bound workload with more to explore than 40 s allow (probes with many loader workers take
+    # GIVEN a loader-bound workload with more to explore than 20 s allow (probes with many loader workers take
     # longer: warm-up and step cap are counted in waves; 16 workers took 6 s, 32 took 16 s)
     out = tmp_path / "out"
-    result = cli("analyze", FIXTURES / "io_bound.py", "-o", out, "--device", "cpu", "--budget", "40s",
+    result = cli("analyze", FIXTURES / "io_bound.py", "-o", out, "--device", "cpu", "--budget", "20s",
                  "--min-time", "0.3", "--min-steps", "5", "--warmup", "1", "--quiet")
     assert result.exit_code == 0, result.output
     budget = results.read(out / "results.json")["budget"]
     # THEN the whole analysis stays within 10% of the budget and says what it did not get to
-    assert budget["used_s"] <= 40 * 1.1
+    assert budget["used_s"] <= 20 * 1.1
     assert any("over budget" in u or "stopped when the budget ran out" in u for u in budget["unexplored"])
