@@ -104,6 +104,22 @@ def test_a_short_budget_walks_the_batch_ladder_in_double_steps_to_its_far_end():
     assert not any("double steps" in d for d in outcome.decisions)
 
 
+def test_a_reopened_batch_ladder_only_climbs():
+    # GIVEN a listed batch ladder whose largest rung, 512, pays, walked first (the baseline's profile finds 30% of
+    # its compute in matmuls: bf16's prospect is the smaller), and bf16, kept on top of it, re-opening the ladder
+    search = {"batch_size": [4, 16, 64, 256, 512]}
+
+    def rate(s):
+        return {"rate": 100.0 * s["batch_size"] ** 0.8 * (2.0 if s["amp"] == "bf16" else 1.0), "dense": 0.3}
+
+    outcome, backend = run_plan(rate, workload=MLP, device=CPU_AMP_ONLY, search=search, baseline={"batch_size": 4},
+                                explore=("batch_size", "amp"))
+    assert outcome.recommended.settings == {**outcome.baseline.settings, "batch_size": 512, "amp": "bf16"}
+    # THEN the ladder is not walked again: it has nothing above 512 to climb to, and says so
+    assert [p.settings["amp"] for p in outcome.probes if p.role == "ladder:batch_size"] == ["off"] * 4
+    assert any(d.startswith("batch_size: skipped: a re-opened batch ladder only climbs") for d in outcome.decisions)
+
+
 def test_after_double_steps_the_rung_skipped_above_the_best_is_tried():
     # GIVEN a throughput peak at 64 on a ladder from 4: the double steps walk 16, 64, 256 and 64 wins
     search = {"amp": ["off"], "batch_size": [4, 8, 16, 32, 64, 128, 256, 512]}

@@ -307,6 +307,9 @@ class AdaptivePlanner(Planner):
         if name == "channels_last":
             amp_on = current.settings["amp"] != "off"
             return self._through_compute(current, COMPUTE_SPEEDUP["channels_last_amp" if amp_on else "channels_last"])
+        if name == "batch_size" and self.visits[name] and not self._batch_ups(current):
+            return Prospect(1.0, "a re-opened batch ladder only climbs (what re-opened it makes room for a larger "
+                                 "batch), and no larger batch is left")
         if name == "batch_size" and current.settings["num_workers"] > 0:
             # With loader workers a larger batch also amortises the per-batch hand-over from the workers, which
             # shows up as data wait: the wait does not bound it.
@@ -460,18 +463,26 @@ class AdaptivePlanner(Planner):
     def batch_ladder(self, current: ProbeResult) -> ProbeResult:
         start = current.settings["batch_size"]
         listed = "batch_size" in self.ctx.search
-        values = sorted(self.alternatives("batch_size", current))
-        if not listed:  # keep doubling from wherever the batch stands now
-            bound = min(DEFAULT_MAX_BATCH, self.ctx.workload.dataset_len or DEFAULT_MAX_BATCH)
-            values = [start * 2**i for i in range(1, 13) if start * 2**i <= bound]
-        best = self._walk_up("batch_size", current, [v for v in values if v > start])
-        if best is current and listed:
+        best = self._walk_up("batch_size", current, self._batch_ups(current))
+        if best is current and listed and self.visits["batch_size"] <= 1:  # smaller listed batches: see _batch_ups
+            values = sorted(self.alternatives("batch_size", current))
             best = self._ladder("batch_size", current, [v for v in reversed(values) if v < start])
         f = self.frontier
         if (f and not listed and f["still_gaining"] and f["largest_ok"] == best.settings["batch_size"]
                 and f["settings"] == without(best.settings, "batch_size")):
             best = self.bisect(best)
         return best
+
+    def _batch_ups(self, current: ProbeResult) -> list:
+        """The batch sizes above `current`'s: SEARCH's, else doubling up to the dataset or DEFAULT_MAX_BATCH. Smaller
+        listed ones are tried only on the ladder's first visit: what re-opens it (less memory under AMP, workers that
+        keep up, checkpointing) makes room for a larger batch, not a smaller one (a 1-minute tiny_batch_mlp run
+        walked back to 256 after bf16 at 512, and had no time left for the fused optimizer)."""
+        start = current.settings["batch_size"]
+        if "batch_size" in self.ctx.search:
+            return sorted(v for v in self.alternatives("batch_size", current) if v > start)
+        bound = min(DEFAULT_MAX_BATCH, self.ctx.workload.dataset_len or DEFAULT_MAX_BATCH)
+        return [start * 2**i for i in range(1, 13) if start * 2**i <= bound]
 
     def _walk_up(self, name: str, current: ProbeResult, ups: list) -> ProbeResult:
         """The ladder `name` walked up `ups` from `current`, in double steps where the budget is short (`_strided`,
