@@ -129,8 +129,9 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
     The speedup is the Hodges-Lehmann centre of the rounds' ratios with a 95% CI over the rounds
     (`stats.rounds_ratio_interval`): from seven rounds the centre's own interval from their pairwise means, stray
     rounds clipped so that one or two read under a busy neighbour do not swing it; below seven, Student's t over
-    their geometric mean, their spread pooled with a borrowed one (`_pooled_spread`). Widened to hold the centre, and to hold both halves' centres where the rounds split by who
-    went first (`first_mover_split`), so it covers the drift between rounds.
+    their geometric mean, their spread pooled with a borrowed one (`_pooled_spread`). Widened to hold the centre,
+    and to hold both halves' centres where the rounds split by who went first (`first_mover_split`), so it covers
+    the drift between rounds.
     The winner stays recommended only if that CI shows a gain beyond the noise too. A round that fails (the budget
     ran out in it, say) leaves the rounds before it to decide, with a note.
 
@@ -220,7 +221,6 @@ def _speedup(session, rounds: list[tuple[ProbeResult, ProbeResult]], base: Probe
                 f"{step_ratio(base, winner):.1f}x as long as the other's: a step a turn would read the longer steps "
                 "high)" if timed else "measured together in lockstep, step by step")
     rounds_text = f"{len(finished)} round{'s' if len(finished) != 1 else ''}"
-    spread = _pooled_spread(session, finished, timed)
     centre_text = (f"the Hodges-Lehmann centre of the {rounds_text}' ratios (the median of their pairwise geometric "
                    "means)")
     if len(finished) >= stats.WALSH_MIN_ROUNDS:
@@ -349,11 +349,10 @@ def _split(rounds: list[tuple[ProbeResult, ProbeResult]]) -> tuple[tuple[float, 
 
 
 def _pooled_spread(session, rounds: list[tuple[ProbeResult, ProbeResult]], timed: bool) -> tuple[float, int]:
-    """The spread (log sd, degrees of freedom) the rounds' CI borrows where it has more degrees of freedom than their
-    own: that of rounds of fresh processes (ROUND_SPREAD) pooled with, for step-by-step lockstep pairs, the run's
-    round-to-round spread over its repeated lockstep comparisons (`compare.lockstep_drift`), these rounds included;
-    for pairs in timed turns (they spread as fresh processes do: see CONFIRM_MAX_ROUNDS_IN_TURN) and rounds in turn
-    (they share no moments), these rounds' own."""
+    """The spread (log sd, degrees of freedom) the rounds' CI uses below WALSH_MIN_ROUNDS: that of rounds of fresh
+    processes (ROUND_SPREAD) pooled with the run's repeated lockstep comparisons (`compare.lockstep_drift`, these
+    rounds included) for step-by-step lockstep pairs, with these rounds' own otherwise (pairs in timed turns spread
+    as fresh processes do; rounds in turn share no moments)."""
     prior = (ROUND_SPREAD, ROUND_SPREAD_DF)
     if all("lockstep" in r.extra for pair in rounds for r in pair) and not timed:
         return lockstep_drift(session.ledger, prior)
