@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gc
 import math
+import subprocess
+import sys
 import time
 
 import pytest
@@ -120,3 +122,35 @@ def test_noise_is_judged_over_loader_waves_and_accumulation_cycles_alike():
     assert measurement(2, 0, 0, cycle=3).extra(step_s)["noise"] == 0.0
     assert measurement(2, 0, 0, cycle=1).extra(step_s)["noise"] > 0.0  # waves of 2 would mix slow and fast
     assert math.isinf(measurement(0, 0, 0).extra(step_s[:3])["noise"])  # too few steps to judge
+
+
+HUNG_LOADER = """
+import threading, time
+import torch
+from torch.utils.data import DataLoader, Dataset
+from tune_advisor.probe.measure import LoaderHung, hung_loader
+
+
+class Hangs(Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, idx):
+        threading.Event().wait()
+
+
+batches = iter(DataLoader(Hangs(), num_workers=2, timeout=0.5))
+try:
+    next(batches)
+except RuntimeError as exc:
+    hung = hung_loader(exc, 0.5)
+time.sleep(1.0)  # where torch's SIGCHLD handler would raise, had the workers' deaths reached it
+print(type(hung).__name__, "ok")
+"""
+
+
+def test_a_hung_loaders_workers_are_killed_without_torchs_handler_calling_it_a_crash():
+    # GIVEN loader workers that hang past the DataLoader's timeout, in a process of its own (torch's SIGCHLD handler
+    # is process-wide); WHEN hung_loader kills them THEN no "worker killed" error follows, and the hang is LoaderHung
+    done = subprocess.run([sys.executable, "-c", HUNG_LOADER], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.split() == ["LoaderHung", "ok"], done.stderr[-2000:]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import gc
 import multiprocessing
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -42,8 +44,17 @@ def hung_loader(exc: RuntimeError, wait_s: float | None) -> LoaderHung | None:
     the polite shutdown, which waits 5 s for each); None for any other error."""
     if not wait_s or "DataLoader timed out after" not in str(exc):
         return None
-    for worker in multiprocessing.active_children():
-        worker.kill()
+    # torch's SIGCHLD handler raises "DataLoader worker ... is killed by signal" wherever this thread is when a
+    # worker dies, which would replace the timeout with a crash: it is off while the workers are killed and reaped.
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGCHLD, signal.SIG_DFL) if main else None
+    try:
+        for worker in multiprocessing.active_children():
+            worker.kill()
+            worker.join()
+    finally:
+        if main:
+            signal.signal(signal.SIGCHLD, previous)
     return LoaderHung(f"the training loader's workers delivered no batch within {wait_s:g} s (the bound from the "
                       "baseline's batch time): they hang")
 
