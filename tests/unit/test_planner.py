@@ -839,6 +839,29 @@ def test_loader_knobs_are_explored_only_with_workers():
     assert outcome.recommended.settings["prefetch_factor"] == 4
 
 
+def test_a_short_budget_tries_the_cheaper_knobs_before_compile():
+    # GIVEN raw_sensor_mlp's shape: compile 1.05x, the fused optimizer 1.17x, nothing else paying, 5 s probes
+    def rate(s):
+        return 1000.0 * (1.05 if s["compile"] == "default" else 1.0) * (
+            1.17 if s["optimizer_impl"] == "fused" else 1.0)
+
+    explore = ("compile", "optimizer_impl")
+    # WHEN a minute cannot hold a probe of each and compile's allowance (a 1-minute raw_sensor_mlp run tried
+    # compile first and left the fused optimizer over budget)
+    outcome, backend = run_plan(rate, workload=FUSED_MLP, device=CPU_NO_BF16, search={"batch_size": [16]},
+                                budget_s=60, explore=explore, lockstep=True)
+    # THEN the optimizer's implementations are measured first, and the fused one is kept; compile is left over budget
+    changed = [c for c in backend.calls if c["compile"] != "off" or c["optimizer_impl"] != "default"]
+    assert changed[0]["optimizer_impl"] != "default" and changed[0]["compile"] == "off"
+    assert any(d.startswith("optimizer_impl: kept optimizer_impl=fused") for d in outcome.decisions)
+    assert "compile: nothing measured: over budget" in outcome.decisions
+    # AND with no budget to save, compile's larger prospect goes first
+    outcome, backend = run_plan(rate, workload=FUSED_MLP, device=CPU_NO_BF16, search={"batch_size": [16]},
+                                explore=explore, lockstep=True)
+    changed = [c for c in backend.calls if c["compile"] != "off" or c["optimizer_impl"] != "default"]
+    assert changed[0]["compile"] == "default" and changed[0]["optimizer_impl"] == "default"
+
+
 def test_fused_optimizer_is_tried_where_the_optimizer_supports_it():
     outcome, backend = run_plan(lambda s: 1000.0 * (1.15 if s["optimizer_impl"] == "fused" else 1.0),
                                 workload=FUSED_MLP, device=CPU_NO_BF16, search={"batch_size": [16]})
@@ -1930,6 +1953,18 @@ def test_rounds_in_turn_measure_short_windows_and_the_budget_keeps_two_of_them()
     assert all(s.protocol.max_time_s > CONFIRM_TURN_WINDOW_S for s in backend.specs[before:])
 
 
+def test_a_lockstep_side_takes_alone_its_wall_less_its_waits_for_its_partner():
+    from tune_advisor.planner.ratios import plain_wall
+
+    # GIVEN a lockstep side of 10.6 s that waited 5.3 s for its partner's steps and 0.1 s for its warm-up, and a
+    # profiled probe of 6.3 s, 1.2 s of it the profiler's extra steps
+    side = ProbeResult("p010", knobs.full_settings({}), Status.OK, wall_s=10.6,
+                       extra={"lockstep": {"waited_s": 5.3, "ready_wait_s": 0.1, "partner": "p009"}})
+    profiled = ProbeResult("p001", knobs.full_settings({}), Status.OK, wall_s=6.3, extra={"profile_wall_s": 1.2})
+    # THEN what each takes alone is its wall less those: the budget reserves a round in turn from these
+    assert plain_wall(side) == pytest.approx(5.2) and plain_wall(profiled) == pytest.approx(5.1)
+
+
 def test_a_ladder_stopped_by_the_budget_says_stopped_once():
     from tune_advisor.planner.adaptive import AdaptivePlanner
 
@@ -1971,6 +2006,25 @@ def test_a_cpu_bound_loader_climbs_the_worker_ladder_only_as_far_as_the_cores_it
     outcome, backend = run_plan(lambda s: rate(s, 0.98), workload=MLP, device=two_cores,
                                 search={**search, "num_workers": [0, 4, 8]})
     assert tried(backend, "num_workers") == [0, 4]
+
+
+def test_a_loader_on_every_core_the_cores_can_feed_gets_no_deeper_prefetch_queue():
+    # GIVEN augment_cpu's shape on 2 cores (loading on a CPU 98% of each fetch), where a prefetch queue of 4 would
+    # read 1.2x faster in this fake, and the same loader where the cores are not known
+    def rate(s):
+        r = {0: 500.0, 1: 800.0, 2: 1000.0}[s["num_workers"]] * (1.2 if s["prefetch_factor"] == 4 else 1.0)
+        return {"rate": r, "wait": 0.9 if s["num_workers"] == 0 else 0.4, "fetch_cpu": 0.98}
+
+    search = {"batch_size": [16], "amp": ["off"], "num_workers": [0, 1, 2]}
+    two_cores = DeviceFacts("cpu", bf16_supported=False, cpu_cores=2)
+    outcome, backend = run_plan(rate, workload=MLP, search=search, device=two_cores)
+    # THEN with 2 workers, all the cores feed, the queue is not deepened, and the decision says why
+    assert outcome.recommended.settings["num_workers"] == 2 and tried(backend, "prefetch_factor") == [2]
+    assert any(d.startswith("prefetch_factor: skipped: the 2 loader workers already load on every core") and
+               d.endswith("gives them no more CPU") for d in outcome.decisions)
+    # AND where the cores are not known, the queue is tried as before
+    outcome, backend = run_plan(rate, workload=MLP, search=search, device=CPU_NO_BF16)
+    assert 4 in tried(backend, "prefetch_factor")
 
 
 def test_a_worker_cap_well_past_the_last_listed_count_within_it_tries_the_next_count_up():

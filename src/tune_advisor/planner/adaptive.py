@@ -21,6 +21,7 @@ from ..probe.result import ProbeResult
 from .base import Outcome, PlanContext, Planner
 from . import compare, pairing
 from .compare import DUEL_FROM, LOADER_DUEL_FROM
+from .confirm import CONFIRM_MIN_ROUNDS
 from .keep import MIN_GAIN, without
 from .session import Session
 
@@ -125,8 +126,10 @@ class AdaptivePlanner(Planner):
                 self._ruled_out(prospects, current)
                 s.ledger.unexplored.extend(f"{name}: over budget" for name in live)
                 return current
-            # a ladder in question first, else the most promising knob (first in ORDER on ties)
-            name = next((k for k in live if k in self.rejudge), None) or max(live, key=lambda k: live[k].speedup)
+            # a ladder in question first, else the most promising knob (first in ORDER on ties); compile waits
+            # for the others where the budget cannot hold them all (`_cheap_first`)
+            name = next((k for k in live if k in self.rejudge), None) or max(
+                self._cheap_first(live), key=lambda k: live[k].speedup)
             done.add(name)
             self.rejudge.discard(name)
             self.visits[name] += 1
@@ -135,6 +138,17 @@ class AdaptivePlanner(Planner):
                 done.difference_update(INTERACTIONS.get(name, ()))
                 self.rejudge |= self._questioned([name], found)
                 current = found
+
+    def _cheap_first(self, live: dict[str, Prospect]) -> list[str]:
+        """The knobs to pick the next one from: all of `live`, but for compile where the budget cannot hold a probe
+        and a duel of each and compile's COMPILE_ALLOWANCE_S in its probe and in each of the confirmation's least
+        rounds (every round starts fresh processes, which compile anew): then the other knobs go first. Its
+        prospect is a guess like theirs, at several times their cost: a 1-minute raw_sensor_mlp run spent 20 s on
+        compile (1.05x, not confirmed in two rounds of 11 s) and left the fused optimizer, 1.17x, over budget."""
+        if "compile" not in live or len(live) == 1 or self.session.budget.affordable(
+                probes=2 * len(live), extra_s=COMPILE_ALLOWANCE_S * (1 + CONFIRM_MIN_ROUNDS), confirming=True):
+            return list(live)
+        return [k for k in live if k != "compile"]
 
     def _questioned(self, changed: list[str], best: ProbeResult) -> set[str]:
         """The ladders that kept changes to `changed` re-open whose earlier walk measured past `best`'s value: their
@@ -362,6 +376,12 @@ class AdaptivePlanner(Planner):
         if wait < MIN_DATA_WAIT:  # prefetch_factor
             return Prospect(1.0, f"the step waits for data only {wait:.1%} of the time: a deeper prefetch "
                                  f"queue cannot gain {MIN_GAIN:.0%}")
+        workers = current.settings["num_workers"]
+        if self.worker_cap is not None and workers >= self.worker_cap:
+            # a deeper queue smooths a loader's bursts; it gives no more CPU to one that loads on every core (no
+            # augment_cpu run, at 1, 2 or 5 minutes, kept prefetch_factor=4 beside 2 workers)
+            return Prospect(1.0, f"the {workers} loader workers already load on every core the cores can feed "
+                                 "(see num_workers): a deeper prefetch queue gives them no more CPU")
         return Prospect(1 / (1 - 0.5 * wait))
 
     def _dense_at(self, current: ProbeResult) -> tuple[float | None, str]:
