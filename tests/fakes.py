@@ -117,6 +117,8 @@ class FakeBackend:
                              peak_memory_bytes=given.get("memory", bs * 2**20))
         if "dense" in given and role == "baseline":
             result.extra["profile"] = {"dense_frac": given["dense"]}
+        if "compile_s" in given and settings.get("compile", "off") != "off":  # what its warm-up spent compiling
+            result.extra["compile"] = {"compile_s": given["compile_s"]}
         if "fetch_cpu" in given and settings["num_workers"] == 0:
             result.extra["fetch_cpu_frac"] = given["fetch_cpu"]
         if restart:

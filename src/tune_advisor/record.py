@@ -287,6 +287,7 @@ class Workload(Part):
     framework: Optional[Framework] = None
     kind: Optional[Literal["functions", "framework", "script"]] = None
     script: Optional[Script] = None
+    train_steps: Optional[int] = Field(default=None, ge=1)  # --train-steps: the run, in steps at the baseline's batch
 
 
 class Phases(Part):

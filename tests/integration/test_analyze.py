@@ -90,6 +90,21 @@ def test_hanging_loader_workers_time_out_and_the_analysis_goes_on(tmp_path, monk
     assert result.recommended.ok and result.recommended.settings["num_workers"] == 0
 
 
+def test_a_stated_run_too_short_to_repay_a_compile_is_recorded_and_compile_goes_untried(cli, tmp_path):
+    # GIVEN a tiny MLP whose steps take milliseconds, and a run of 50 steps: even the most compile could gain saves
+    # far less than a compile takes
+    result = cli("analyze", WORKLOADS / "tiny_mlp.py", "-o", tmp_path / "out", "--device", "cpu", "--knobs",
+                 "compile", "--train-steps", "50", "--min-time", "0.1", "--min-steps", "3", "--warmup", "1",
+                 "--no-profile", "--quiet")
+    assert result.exit_code == 0, result.output
+    document = results.read(tmp_path / "out" / "results.json")
+    # THEN results.json records the run's length, and compile was skipped untried with the reason
+    assert document["workload"]["train_steps"] == 50
+    assert not any(p["settings"].get("compile", "off") != "off" and p["status"] == "ok" for p in document["probes"])
+    assert any(d.startswith("compile: skipped: the 50 steps of the run --train-steps states would save at most")
+               for d in document["plan"]["decisions"])
+
+
 def test_a_diverging_baseline_ends_with_a_clear_note(tmp_path):
     result = analyze(BAD / "nan_loss.py", tmp_path)
     assert result.baseline.status is Status.DIVERGED and "loss became" in result.baseline.error

@@ -18,7 +18,7 @@ BLOCKS = WorkloadFacts(repeated_blocks="layers: 4 x Block", dataset_len=10_000)
 
 def run_plan(rate, workload=CNN, search=None, baseline=None, budget_s=None, memory=None, device=CPU,
              strategy="adaptive", jitter=0.02, moment=None, lockstep=False, explore=None, pair_memory=None,
-             fresh_parent_s=0.0):
+             fresh_parent_s=0.0, train_steps=None):
     # `lockstep`: the backend measures pairs together, as analyze's local one does (probe/lockstep.py);
     # `fresh_parent_s`: what a probe forked from a new parent costs it (backend.fresh_parent_s)
     clock = FakeClock()
@@ -27,7 +27,8 @@ def run_plan(rate, workload=CNN, search=None, baseline=None, budget_s=None, memo
     backend.fresh_parent_s = fresh_parent_s
     session = Session(backend, budget_s, clock=clock)
     ctx = PlanContext(baseline=knobs.full_settings(baseline or {"batch_size": 16}), search=search or {},
-                      workload=workload, device=device, memory_budget_bytes=memory, explore=explore)
+                      workload=workload, device=device, memory_budget_bytes=memory, explore=explore,
+                      train_steps=train_steps)
     return plan(ctx, session, strategy), backend
 
 

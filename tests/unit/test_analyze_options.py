@@ -34,6 +34,8 @@ def test_durations_sizes_paths_and_lists_are_normalised():
     ({"max_memory": "lots"}, "'lots' is not a memory size"),
     ({"session_drift": -0.05}, "--session-drift -0.05: expected how far this machine's level moves"),
     ({"session_drift": 7.4}, "--session-drift 7.4: expected .* log sd, from 0"),
+    ({"train_steps": 0}, "--train-steps 0: expected how many training steps"),
+    ({"train_steps": 2.5}, "--train-steps 2.5: expected .* a whole number of at least 1"),
 ])
 def test_a_bad_option_is_a_usage_error_when_the_options_are_made(options, message):
     with pytest.raises(UsageError, match=message):

@@ -51,16 +51,21 @@ def _project(tmp_path, monkeypatch, table: str):
     return lambda *args: CliRunner().invoke(app, list(args))
 
 
-def test_a_machine_s_drift_between_sessions_may_be_set_in_pyproject_for_analyze(tmp_path, monkeypatch):
+@pytest.mark.parametrize("key, value, flag, says", [
+    ("session_drift", 1.5, "-1", "-1.0: expected"),  # how far the machine's level moves between runs
+    ("train_steps", 0, "-3", "-3: expected how many training steps"),  # the training run's length
+])
+def test_an_analyze_option_from_pyproject_is_checked_as_from_its_flag(tmp_path, monkeypatch, key, value, flag, says):
     from tune_advisor.cli.config import default_map
 
-    cli = _project(tmp_path, monkeypatch, "session-drift = 1.5")
-    assert default_map(tmp_path) == {"analyze": {"session_drift": 1.5}}
-    # a value no machine can have is refused before any probe runs, from the file as from the flag
+    option = "--" + key.replace("_", "-")
+    cli = _project(tmp_path, monkeypatch, f"{key.replace('_', '-')} = {value}")
+    assert default_map(tmp_path) == {"analyze": {key: value}}
+    # a value no run can have is refused before any probe runs, from the file as from the flag
     result = cli("analyze", "model.py")
-    assert result.exit_code == 2 and "--session-drift 1.5: expected" in result.output
-    result = cli("analyze", "model.py", "--session-drift", "-1")
-    assert result.exit_code == 2 and "--session-drift -1.0: expected" in result.output
+    assert result.exit_code == 2 and f"{option} {value}: expected" in result.output
+    result = cli("analyze", "model.py", option, flag)
+    assert result.exit_code == 2 and f"{option} {says}" in result.output
 
 
 def test_pyproject_with_an_unknown_key_is_a_usage_error(tmp_path):

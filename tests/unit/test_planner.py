@@ -816,6 +816,44 @@ def test_compile_is_tried_on_top_of_the_best_and_kept_when_it_pays():
     assert outcome.recommended.settings["compile"] == "default"
 
 
+@pytest.mark.parametrize("strategy", ["adaptive", "grid"])
+def test_compile_is_recommended_only_where_its_compile_time_pays_off_within_the_stated_run(strategy):
+    # GIVEN compile 1.4x faster a step after 30 s of compiling: 16 ms steps at batch 16 become 11.4 ms, so it pays
+    # off after about 6,560 steps
+    def rate(s):
+        return {"rate": 1000.0 * (1.4 if s["compile"] == "default" else 1.0), "compile_s": 30.0}
+
+    def analyse(train_steps):
+        return run_plan(rate, workload=MLP, device=CPU_NO_BF16, search={"batch_size": [16], "compile": ["off", "default"]},
+                        explore=("compile",), train_steps=train_steps, strategy=strategy, jitter=0.0)
+
+    # WHEN the run takes 100,000 steps THEN compile is recommended
+    outcome, _ = analyse(100_000)
+    assert outcome.recommended.settings["compile"] == "default"
+    # WHEN it takes 5,000 THEN compile is measured (its best case could repay a compile) but not recommended: 30 s
+    # of compiling pays off after about 6,560 steps, past the run; a note says so
+    outcome, backend = analyse(5_000)
+    assert "default" in tried(backend, "compile") and outcome.recommended.settings["compile"] == "off"
+    assert any(n.startswith("compile=default: its 30 s of compiling pays off after about 6,5") and
+               n.endswith("past the 5,000 steps of the run --train-steps states: not recommended")
+               for n in outcome.notes)
+    # AND where no run is stated, its speed decides
+    outcome, _ = analyse(None)
+    assert outcome.recommended.settings["compile"] == "default"
+
+
+def test_a_run_too_short_to_repay_any_compile_does_not_try_one():
+    # GIVEN 16 ms steps where compile could gain at most 1.15x: 1,000 steps save at most 2.1 s, less than a compile
+    outcome, backend = run_plan(lambda s: 1000.0 * (1.4 if s["compile"] == "default" else 1.0), workload=MLP,
+                                device=CPU_NO_BF16, search={"batch_size": [16]}, explore=("compile",),
+                                train_steps=1_000, jitter=0.0)
+    # THEN compile is not tried, and the decision says why
+    assert tried(backend, "compile") == ["off"]
+    assert any(d.startswith("compile: skipped: the 1,000 steps of the run --train-steps states would save at most "
+                            "2.1 s") and d.endswith("less than a compile takes (at least 5 s)")
+               for d in outcome.decisions)
+
+
 def test_compile_is_not_applicable_without_a_compiler_and_says_why():
     no_compiler = DeviceFacts("cpu", compile_unavailable="torch.compile needs a C++ compiler on the CPU")
     outcome, backend = run_plan(lambda s: 1000.0, workload=MLP, device=no_compiler, search={"batch_size": [16]})
@@ -839,27 +877,27 @@ def test_loader_knobs_are_explored_only_with_workers():
     assert outcome.recommended.settings["prefetch_factor"] == 4
 
 
-def test_a_short_budget_tries_the_cheaper_knobs_before_compile():
+@pytest.mark.parametrize("budget_s", [60, None])
+def test_compile_is_explored_after_the_other_knobs(budget_s):
     # GIVEN raw_sensor_mlp's shape: compile 1.05x, the fused optimizer 1.17x, nothing else paying, 5 s probes
     def rate(s):
         return 1000.0 * (1.05 if s["compile"] == "default" else 1.0) * (
             1.17 if s["optimizer_impl"] == "fused" else 1.0)
 
-    explore = ("compile", "optimizer_impl")
-    # WHEN a minute cannot hold a probe of each and compile's allowance (a 1-minute raw_sensor_mlp run tried
-    # compile first and left the fused optimizer over budget)
+    # WHEN a minute is all there is (a 1-minute raw_sensor_mlp run tried compile first and left the fused optimizer
+    # over budget), or there is no budget to save (a 2-minute one kept compile first, and every later probe and
+    # confirmation round compiled anew)
     outcome, backend = run_plan(rate, workload=FUSED_MLP, device=CPU_NO_BF16, search={"batch_size": [16]},
-                                budget_s=60, explore=explore, lockstep=True)
-    # THEN the optimizer's implementations are measured first, and the fused one is kept; compile is left over budget
+                                budget_s=budget_s, explore=("compile", "optimizer_impl"), lockstep=True)
+    # THEN the optimizer's implementations are measured first, and the fused one is kept
     changed = [c for c in backend.calls if c["compile"] != "off" or c["optimizer_impl"] != "default"]
     assert changed[0]["optimizer_impl"] != "default" and changed[0]["compile"] == "off"
     assert any(d.startswith("optimizer_impl: kept optimizer_impl=fused") for d in outcome.decisions)
-    assert "compile: nothing measured: over budget" in outcome.decisions
-    # AND with no budget to save, compile's larger prospect goes first
-    outcome, backend = run_plan(rate, workload=FUSED_MLP, device=CPU_NO_BF16, search={"batch_size": [16]},
-                                explore=explore, lockstep=True)
-    changed = [c for c in backend.calls if c["compile"] != "off" or c["optimizer_impl"] != "default"]
-    assert changed[0]["compile"] == "default" and changed[0]["optimizer_impl"] == "default"
+    # AND compile comes after, on top of it, where the budget holds it
+    if budget_s is None:
+        assert any(c["compile"] == "default" and c["optimizer_impl"] == "fused" for c in backend.calls)
+    else:
+        assert "compile: nothing measured: over budget" in outcome.decisions
 
 
 def test_fused_optimizer_is_tried_where_the_optimizer_supports_it():

@@ -189,6 +189,12 @@ def test_the_quick_starts_workers_are_quoted_with_the_persistent_workers_they_we
     assert "num_workers=32 with persistent_workers=true (the planner's choice) trains 23.26x [22.28, 24.19]" \
         in finding["message"]
     assert finding["gain"]["speedup"]["median"] == pytest.approx(doc["speedup"]["median"])
+    # AND 32, the largest count tried, is the largest its SEARCH lists: it says so, not that more were left untried
+    assert finding["message"].endswith("and is the largest count SEARCH lists: list larger ones there to have them "
+                                       "measured")
+    doc["workload"]["search"].pop("num_workers")  # the planner's own ladder goes on to 64
+    assert {f["code"]: f for f in evaluate(doc)}["TA101"]["message"].endswith(
+        "and was the largest value tried: larger ones may gain more")
     # AND its code is the recommendation's loader line
     assert finding["fix"]["snippet"] == ("loader = DataLoader(dataset, shuffle=True, batch_size=32, num_workers=32, "
                                          "persistent_workers=True)")
@@ -390,6 +396,33 @@ def test_ta504_quotes_the_figure_compile_was_kept_on_where_the_ablation_had_no_t
     # THEN TA504 states the figure the recommendation rests on, and says what it compares
     assert "trains 1.04x [1.01, 1.08] faster" in found["message"] and "leave it off" not in found["message"]
     assert "compile=default kept beside the baseline" in found["gain"]["basis"]
+
+
+def test_ta504_sets_the_break_even_against_the_run_train_steps_states():
+    # GIVEN compile measured 1.12x faster beside its twin, and the break-even it works out from that
+    doc = load("compile_varlen")
+    doc["plan"] = {"ablation": [{"knob": "compile", "value": "default", "without": "off", "probes": ["p009", "p010"],
+                                 "contribution": {"median": 1.12, "ci_low": 1.08, "ci_high": 1.16},
+                                 "kept": True, "method": "in lockstep"}]}
+    unstated = {f["code"]: f for f in evaluate(doc)}["TA504"]
+    steps = unstated["evidence"]["break_even_steps"]
+    compiled = next(p for p in doc["probes"] if p["settings"]["compile"] == "default")["settings"]["batch_size"]
+    base = doc["baseline"]["settings"]["batch_size"]
+
+    def with_run(train_steps):
+        doc["workload"]["train_steps"] = train_steps
+        return {f["code"]: f for f in evaluate(doc)}["TA504"]
+
+    # WHEN the run is ten times the break-even THEN TA504 says it pays off within it, and does not advise against it
+    long = with_run(round(10 * steps * compiled / base))
+    assert "steps of the run --train-steps states" in long["message"] and ", within the" in long["message"]
+    assert "leave it off" not in long["message"] and long["evidence"]["run_steps"] >= 9 * steps
+    # WHEN it is a tenth of it THEN it says past it, and advises leaving compile off
+    short = with_run(max(1, round(steps * compiled / base / 10)))
+    assert ", past the" in short["message"] and "steps of the run --train-steps states: leave it off" in short["message"]
+    assert short["fix"]["settings"] == {}
+    # AND without a stated run it says neither
+    assert "--train-steps" not in unstated["message"] and "leave it off" not in unstated["message"]
 
 
 def test_ta504_claims_no_speedup_for_a_compile_that_compiled_no_graph():

@@ -94,7 +94,7 @@ def analyze(path: str | Path, options: AnalyzeOptions | None = None,
         ctx = PlanContext(baseline=info.baseline, search=info.search, workload=info.facts,
                           device=replace(device_facts(device), world_size=launch.world_size(layout)),
                           memory_budget_bytes=memory, explore=options.only_knobs or None,
-                          memory_capacity_bytes=capacity, memory_margin_bytes=margin)
+                          memory_capacity_bytes=capacity, memory_margin_bytes=margin, train_steps=options.train_steps)
         planning = time.monotonic()
         try:
             outcome = plan(ctx, session, options.strategy)
@@ -196,13 +196,15 @@ def _start_record(path: str | Path, out_dir: Path, options: AnalyzeOptions, info
         "device": device, "baseline": info.baseline, "search": info.search, "strategy": options.strategy,
         "protocol": dataclasses.asdict(options.protocol), "seed": options.seed,
         "max_memory_bytes": options.max_memory, "knobs": sorted(options.only_knobs) if options.only_knobs else None,
-        "distributed": layout, **({"script": {k: info.script[k] for k in ("args", "map")}} if info.script else {})})
+        "distributed": layout, **({"script": {k: info.script[k] for k in ("args", "map")}} if info.script else {}),
+        **({"train_steps": options.train_steps} if options.train_steps else {})})
     record = RunRecord.start(
         out_dir / "results.json", command=list(options.command or sys.argv), environment=environment.collect(device),
         workload={"path": str(path), "model_class": info.facts.model_class, "parameters": info.facts.parameters,
                   "facts": vars(info.facts), "item_name": info.item_name, "search": info.search,
                   "framework": info.framework,
                   "kind": "script" if info.script else "framework" if info.framework else "functions",
+                  **({"train_steps": options.train_steps} if options.train_steps else {}),
                   **({"script": {"args": info.script["args"], "map": info.script["map"],
                                  "cwd": info.script.get("cwd") or "scratch"}} if info.script else {})},
         limit_s=options.budget, memory_budget_bytes=memory,

@@ -97,7 +97,9 @@ class AnalyzeOptions:
     runs in (None: a scratch folder per probe mirroring the caller's); `as_script`: True/False run the file as a
     plain script/a workload whatever it defines (None: workload.is_script decides). See docs/script-mode.md. `session_drift`: the log sd of the
     machine's level between runs that every figure's interval carries (None: figures.SESSION_DRIFT), and, scaled,
-    the speedup's range for a later measure (`figures.speedup_drift`).
+    the speedup's range for a later measure (`figures.speedup_drift`). `train_steps`: how many steps (at the
+    baseline's batch size) the user's training runs; compile is then recommended only where its compile time pays
+    off within them (analysis/breakeven.py; None: not stated).
     """
 
     out: Path | str | None = None
@@ -126,6 +128,7 @@ class AnalyzeOptions:
     as_script: bool | None = None
     session_drift: float | None = None
     cost_per_hour: float | None = None  # what an hour of the machine costs: the reports show an epoch's cost
+    train_steps: int | None = None  # --train-steps: the user's run, in steps at the baseline's batch (compile's break-even)
 
     def __post_init__(self):
         if self.strategy not in STRATEGIES:
@@ -141,6 +144,10 @@ class AnalyzeOptions:
         if self.cost_per_hour is not None and not self.cost_per_hour > 0:
             raise UsageError(f"--cost-per-hour {self.cost_per_hour}: expected what an hour of this machine costs, "
                              "above 0 (e.g. 2.50)")
+        if self.train_steps is not None and (isinstance(self.train_steps, bool) or not isinstance(self.train_steps, int)
+                                             or self.train_steps < 1):
+            raise UsageError(f"--train-steps {self.train_steps}: expected how many training steps (batches at the "
+                             "baseline's batch size) your run takes, a whole number of at least 1 (e.g. 20000)")
         normal = {"budget": parse_duration(self.budget), "probe_timeout": parse_duration(self.probe_timeout),
                   "max_memory": parse_bytes(self.max_memory), "memory_margin": parse_margin(self.memory_margin),
                   "out": None if self.out is None else Path(self.out),

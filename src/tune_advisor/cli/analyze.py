@@ -145,6 +145,10 @@ def command(
                    "which every throughput figure's interval carries (scaled by 0.043/0.074, so does the range "
                    "given for a later measure of the speedup) [default: 0.074, calibrated on shared cloud "
                    "machines; benchmarks/session_drift.py measures a machine's own]."),
+    train_steps: Optional[int] = typer.Option(None, help="How many training steps (batches at the baseline's batch "
+                                                         "size) your run takes: torch.compile is recommended only "
+                                                         "where its compile time pays off within them [default: "
+                                                         "not stated; compile is judged by its speed]."),
     cost_per_hour: Optional[float] = typer.Option(None, help="What an hour of this machine costs (e.g. 2.50): the "
                                                              "reports show the cost of an epoch before and after."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Print every probe as it finishes, and every "
@@ -162,7 +166,7 @@ def command(
         select=select, ignore=ignore, profile=profile, command=command_line(), nproc_per_node=nproc_per_node,
         nnodes=nnodes, rdzv_endpoint=rdzv_endpoint, executor=executor, ray_address=ray_address, resume=resume,
         script_args=script_args, maps=_maps(flag_map), script_cwd=script_cwd, as_script=as_script,
-        session_drift=session_drift)
+        session_drift=session_drift, train_steps=train_steps)
     live = LiveOutput(file, options.budget, show=not (quiet or json_out), quiet=quiet)
 
     def second_ctrl_c_exits(signum, frame):  # the first Ctrl-C stops the probe and saves; a second exits at once

@@ -26,6 +26,8 @@ CONFIGURABLE = {
     "map": ("analyze",), "script_cwd": ("analyze",),
     # How far the machine's level moves between runs, carried by every figure (figures.SESSION_DRIFT's default).
     "session_drift": ("analyze",),
+    # The training run's length: compile is recommended only where its compile time pays off within it.
+    "train_steps": ("analyze",),
     # What an hour of the machine costs: the reports show an epoch's cost before and after.
     "cost_per_hour": ("analyze", "report"),
 }

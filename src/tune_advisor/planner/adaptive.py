@@ -10,18 +10,19 @@ knob measured beside the winner without it) and the confirmation: baseline and w
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 from .. import knobs
+from ..analysis import breakeven
 from ..collectors import cuda_memory
 from ..fmt import fmt_bytes
 from ..probe.result import ProbeResult
 from .base import Outcome, PlanContext, Planner
 from . import compare, pairing
 from .compare import DUEL_FROM, LOADER_DUEL_FROM
-from .confirm import CONFIRM_MIN_ROUNDS
 from .keep import MIN_GAIN, without
 from .session import Session
 
@@ -126,8 +127,8 @@ class AdaptivePlanner(Planner):
                 self._ruled_out(prospects, current)
                 s.ledger.unexplored.extend(f"{name}: over budget" for name in live)
                 return current
-            # a ladder in question first, else the most promising knob (first in ORDER on ties); compile waits
-            # for the others where the budget cannot hold them all (`_cheap_first`)
+            # a ladder in question first, else the most promising knob (first in ORDER on ties); compile after
+            # the others (`_cheap_first`)
             name = next((k for k in live if k in self.rejudge), None) or max(
                 self._cheap_first(live), key=lambda k: live[k].speedup)
             done.add(name)
@@ -139,16 +140,17 @@ class AdaptivePlanner(Planner):
                 self.rejudge |= self._questioned([name], found)
                 current = found
 
-    def _cheap_first(self, live: dict[str, Prospect]) -> list[str]:
-        """The knobs to pick the next one from: all of `live`, but for compile where the budget cannot hold a probe
-        and a duel of each and compile's COMPILE_ALLOWANCE_S in its probe and in each of the confirmation's least
-        rounds (every round starts fresh processes, which compile anew): then the other knobs go first. Its
-        prospect is a guess like theirs, at several times their cost: a 1-minute raw_sensor_mlp run spent 20 s on
-        compile (1.05x, not confirmed in two rounds of 11 s) and left the fused optimizer, 1.17x, over budget."""
-        if "compile" not in live or len(live) == 1 or self.session.budget.affordable(
-                probes=2 * len(live), extra_s=COMPILE_ALLOWANCE_S * (1 + CONFIRM_MIN_ROUNDS), confirming=True):
-            return list(live)
-        return [k for k in live if k != "compile"]
+    @staticmethod
+    def _cheap_first(live: dict[str, Prospect]) -> list[str]:
+        """The knobs to pick the next one from: `live` but compile while any other is live. A compiled probe
+        compiles anew in every fresh process, so once compile is kept every later probe and each confirmation
+        round pays for it: a 2-minute raw_sensor_mlp run kept compile first at 1.05x, then spent 12-18 s a
+        probe on the fused optimizer (1.26x) and the loader, and its two 12 s confirmation rounds read 1.15x
+        [0.89, 1.47] and kept the baseline; its 1-minute run, compile left untried, confirmed the fused optimizer
+        at 1.13x [1.01, 1.27]. Its prospect is a guess like the others', at several times their cost, and it
+        re-opens no other knob."""
+        cheaper = [k for k in live if k != "compile"]
+        return cheaper or list(live)
 
     def _questioned(self, changed: list[str], best: ProbeResult) -> set[str]:
         """The ladders that kept changes to `changed` re-open whose earlier walk measured past `best`'s value: their
@@ -328,7 +330,9 @@ class AdaptivePlanner(Planner):
             # With loader workers a larger batch also amortises the per-batch hand-over from the workers, which
             # shows up as data wait: the wait does not bound it.
             return Prospect(COMPUTE_SPEEDUP[name])
-        if name in ("batch_size", "cudnn_benchmark", "compile", "optimizer_impl"):
+        if name == "compile":
+            return self._compile_prospect(current)
+        if name in ("batch_size", "cudnn_benchmark", "optimizer_impl"):
             return self._through_compute(current, COMPUTE_SPEEDUP[name])
         if name == "checkpointing":
             return self._checkpointing_prospect(current)
@@ -352,6 +356,20 @@ class AdaptivePlanner(Planner):
             if dense is not None else ""
         return Prospect(bound, f"the step is {wait:.0%} waiting for data{dense_note}, so faster compute could "
                                f"gain at most {bound - 1:.0%}")
+
+    def _compile_prospect(self, current: ProbeResult) -> Prospect:
+        """compile speeds up the compute part (`_through_compute`); where --train-steps states the run, it is not
+        tried where even that bound would save less over the run than compiling takes at least."""
+        prospect, steps = self._through_compute(current, COMPUTE_SPEEDUP["compile"]), self.ctx.train_steps
+        if prospect.why_not or not steps or not current.step_s:
+            return prospect
+        run = breakeven.run_steps(steps, self.ctx.baseline["batch_size"], current.settings["batch_size"])
+        saved = breakeven.most_saved_s(run, statistics.median(current.step_s), prospect.speedup)
+        if saved >= breakeven.COMPILE_MIN_S:
+            return prospect
+        return Prospect(1.0, f"the {steps:,} steps of the run --train-steps states would save at most {saved:.1f} s "
+                             f"at the most compiling could gain here ({prospect.speedup:.2f}x), less than a compile "
+                             f"takes (at least {breakeven.COMPILE_MIN_S:g} s)")
 
     def _loader_prospect(self, name: str, current: ProbeResult) -> Prospect:
         """What a loader knob could gain: bounded by the share of `current`'s step spent waiting for data (or
@@ -758,8 +776,10 @@ class AdaptivePlanner(Planner):
 
     def _usable(self, result: ProbeResult) -> bool:
         """Finished, within the memory budget and leaving --memory-margin free (`_over_memory`: a run past either
-        is not recommendable), and its loss unchanged (`changes_loss`)."""
-        return result.ok and self._over_memory(result) is None and not self.changes_loss(result)
+        is not recommendable), its loss unchanged (`changes_loss`) and its compile time repaid within the stated run
+        (`compile_unpaid`)."""
+        return (result.ok and self._over_memory(result) is None and not self.changes_loss(result)
+                and not self.compile_unpaid(result))
 
     def _judged_peak(self, result: ProbeResult) -> tuple[float, str]:
         """(the peak that decides whether `result`'s batch fits, how it was carried to the dataset's longest item

@@ -3,11 +3,13 @@ the baseline first and the ablation and confirmation last."""
 
 from __future__ import annotations
 
+import math
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import knobs
-from ..analysis import parity
+from ..analysis import breakeven, parity
 from ..probe.result import ProbeResult, Status
 from . import ablation
 from .confirm import confirm
@@ -26,6 +28,9 @@ class PlanContext:
     memory_capacity_bytes: int | None = None
     memory_margin_bytes: int = 0
     explore: tuple[str, ...] | None = None  # --knobs: the only knobs the adaptive planner explores; None: all
+    # --train-steps: the user's training run, in steps at the baseline's batch; compile is recommended only where its
+    # compile time pays off within it (analysis/breakeven.py). None: not stated, compile judged by its speed alone.
+    train_steps: int | None = None
 
 
 @dataclass
@@ -58,6 +63,7 @@ class Planner:
         self.decisions: list[str] = []
         self.frontier: dict[str, Any] | None = None
         self.loss_changed: dict[tuple, str] = {}  # numeric knob values found to change the loss -> why
+        self.unpaid: dict[str, str] = {}  # compile modes whose compile time the stated run does not repay -> why
         self.ablation: list[dict[str, Any]] = []  # each changed knob's measured contribution (planner/ablation.py)
 
     def changes_loss(self, result: ProbeResult) -> str | None:
@@ -80,6 +86,30 @@ class Planner:
                 self.loss_changed[key] = parity.describe(changes, found) + f" ({reference.id} vs {result.id})"
                 self.notes.append(self.loss_changed[key] + ": not recommended, whatever its speed")
         return parity.barred(result.settings, self.loss_changed)
+
+    def compile_unpaid(self, result: ProbeResult) -> str | None:
+        """Why `result`'s compile mode must not be recommended: its compile time, against its twin without compile,
+        pays off only past the run --train-steps states (`ctx.train_steps`); None where it pays off within it, or
+        where that is not known (no run stated, no twin measured). As a loss change, one verdict bars the mode
+        everywhere: its compile time is the same at other settings, which have no twin to judge by."""
+        mode, steps = result.settings.get("compile", "off"), self.ctx.train_steps
+        if not steps or mode == "off" or not result.ok:
+            return None
+        if mode not in self.unpaid:
+            twin = self.session.ledger.seen({**result.settings, "compile": "off"})
+            compile_s = (result.extra.get("compile") or {}).get("compile_s")
+            if twin is None or not twin.ok or not twin.step_s or not result.step_s or compile_s is None:
+                return None
+            run = breakeven.run_steps(steps, self.ctx.baseline["batch_size"], result.settings["batch_size"])
+            even = breakeven.break_even_steps(compile_s, statistics.median(twin.step_s),
+                                              statistics.median(result.step_s))
+            if even <= run:
+                return None
+            pays = f"pays off after about {even:,.0f} steps" if even != math.inf else "saves nothing a step"
+            self.unpaid[mode] = (f"compile={mode}: its {compile_s:.0f} s of compiling {pays} ({twin.id} vs "
+                                 f"{result.id}), {breakeven.verdict(even, run)}")
+            self.notes.append(self.unpaid[mode] + ": not recommended")
+        return self.unpaid[mode]
 
     def run(self) -> Outcome:
         base = self.session.run(self.ctx.baseline, "baseline")

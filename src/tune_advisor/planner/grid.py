@@ -53,8 +53,9 @@ class GridPlanner(Planner):
                                            if not not_applicable(ctx, g))
                 break
             s.run(settings, "grid")
-        # Settings whose numeric knobs changed the loss are not candidates, however fast (notes say which).
-        eligible = [p for p in s.ledger.probes if p.ok and not self.changes_loss(p)]
+        # Settings whose numeric knobs changed the loss, or whose compile time the stated run does not repay, are
+        # not candidates, however fast (notes say which).
+        eligible = [p for p in s.ledger.probes if p.ok and not self.changes_loss(p) and not self.compile_unpaid(p)]
         winner = max(eligible or [base], key=lambda p: p.throughput_median)
         self.decisions.append(f"fastest: {knobs.describe(winner.settings, ctx.baseline)} "
                               f"({compare.describe_gain(s.ledger, base, winner)})")

@@ -170,6 +170,8 @@ class Context:
         self.environment: dict[str, Any] = document.get("environment") or {}
         workload = document.get("workload") or {}
         self.facts: dict[str, Any] = workload.get("facts") or {}
+        self.search: dict[str, list] = workload.get("search") or {}  # the workload's SEARCH, where it has one
+        self.train_steps: int | None = workload.get("train_steps")  # --train-steps: the run compile must pay within
         self.cuda = self.environment.get("device") == "cuda"
         self.gpu: dict[str, Any] = self.environment.get("gpu") or {}
         self.probes: list[dict[str, Any]] = [

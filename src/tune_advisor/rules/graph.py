@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .. import snippets
+from ..analysis import breakeven
 from .context import Context, Finding, Gain, changed
 from .registry import rule
 
@@ -163,6 +164,9 @@ def compile_break_even(ctx: Context) -> Finding | None:
         saving is the difference of the two probes' median step times; break-even = compile time / saving.
         The speed-up is the throughput ratio with its bootstrap CI. A compile that compiled no graph (dynamo
         gave up on the model, e.g. an LSTM) ran eagerly: no speed-up is claimed, whatever the two probes read.
+        With `--train-steps N` (the run's steps at the baseline's batch) the break-even is set against the run,
+        in steps of the compiled probe's batch; past it the finding advises leaving compile off, and the planner
+        does not recommend it.
 
     Fix:
         When the break-even is well inside your training run, compile the model; otherwise leave it off.
@@ -216,6 +220,13 @@ def compile_break_even(ctx: Context) -> Finding | None:
                            f"compiling: it pays off after about {steps:,.0f} steps "
                            f"({steps * on.step_median / 60:.1f} min of training at the compiled speed)")
                 settings = {"compile": mode}
+                if ctx.train_steps and base:  # the run the user stated decides (the planner judged it so too)
+                    run = breakeven.run_steps(ctx.train_steps, base.settings["batch_size"], on.settings["batch_size"])
+                    evidence["run_steps"] = round(run)
+                    message += f", {breakeven.verdict(steps, run)}"
+                    if steps > run:
+                        message += ": leave it off"
+                        settings = {}
             else:
                 message = (f"torch.compile ({mode}) did not train faster{where}: {gain.text()} after "
                            f"{compile_s:.1f} s of compiling; leave it off")

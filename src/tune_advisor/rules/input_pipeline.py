@@ -133,10 +133,16 @@ def _planners_workers(ctx: Context, base: Config, rec: Config, head: str, eviden
 
 def _beyond(ctx: Context, base: Config, cap: int | None, pick: int, largest: int) -> str:
     """What TA101 says past its pick: that the cores are full (more workers would only queue), or that the pick was
-    the largest count measured (larger ones may gain more)."""
+    the largest count measured: larger ones may gain more, or, where it is the largest the workload's SEARCH
+    lists, SEARCH is where to ask for them."""
     if cap is not None and pick >= cap:
         return _cpu_bound(ctx, base, cap, pick)
-    return " and was the largest value tried: larger ones may gain more" if pick == largest else ""
+    if pick != largest:
+        return ""
+    listed = ctx.search.get("num_workers") or []
+    if listed and pick >= max(listed):
+        return " and is the largest count SEARCH lists: list larger ones there to have them measured"
+    return " and was the largest value tried: larger ones may gain more"
 
 
 def _workers_the_cores_feed(ctx: Context, base: Config) -> int | None:
