@@ -1652,6 +1652,31 @@ def test_a_confirmation_whose_rounds_disagree_runs_more_of_them_while_the_budget
     assert CONFIRM_ROUNDS <= rounds < CONFIRM_MAX_ROUNDS
 
 
+def test_an_undecided_confirmation_spends_the_time_of_the_runs_alone_on_another_round():
+    import itertools
+
+    from tune_advisor.planner.confirm import confirm
+
+    def confirmation(gain, swings):
+        # GIVEN 5 s probes (a lockstep round 10 s, the two runs alone 10 s), and after three rounds 14 s left
+        swing = itertools.cycle(swings)
+        clock = FakeClock()
+        backend = FakeBackend(lambda s: 1000.0 * (gain * next(swing) if s["amp"] == "bf16" else 1.0), clock=clock,
+                              can_pair=True)
+        session = Session(backend, 51.43, clock=clock)
+        base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
+        winner = session.run({**base.settings, "amp": "bf16"}, "knob:amp")
+        confirm(session, base, winner, [])
+        roles = [p.role for p in session.ledger.probes]
+        return roles.count("confirm:recommended"), sum(r.startswith("confirm:alone") for r in roles)
+
+    # WHEN three rounds read a gain worth keeping whose CI still reaches 1 (1.15x, rounds ±15% apart)
+    # THEN a fourth round runs where the runs alone would have: the decision rests on it
+    assert confirmation(1.15, [0.85, 1.15, 0.95, 1.05]) == (4, 0)
+    # AND where three rounds have decided (2x), the time goes to the runs alone, for the figures they print
+    assert confirmation(2.0, [1.0]) == (3, 2)
+
+
 def test_a_confirmation_stops_only_when_the_interval_it_states_is_precise():
     from tune_advisor.planner.confirm import CONFIRM_PRECISION, _precise, speedup_interval
 

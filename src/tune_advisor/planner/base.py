@@ -105,9 +105,11 @@ class Planner:
                                               statistics.median(result.step_s))
             if even <= run:
                 return None
-            pays = f"pays off after about {even:,.0f} steps" if even != math.inf else "saves nothing a step"
-            self.unpaid[mode] = (f"compile={mode}: its {compile_s:.0f} s of compiling {pays} ({twin.id} vs "
-                                 f"{result.id}), {breakeven.verdict(even, run)}")
+            self.unpaid[mode] = (
+                f"compile={mode}: its {compile_s:.0f} s of compiling pays off after about {even:,.0f} steps "
+                f"({twin.id} vs {result.id}), {breakeven.verdict(even, run)}" if even != math.inf else
+                f"compile={mode}: its steps were no faster than without it ({twin.id} vs {result.id}), so its "
+                f"{compile_s:.0f} s of compiling never pays off")
             self.notes.append(self.unpaid[mode] + ": not recommended")
         return self.unpaid[mode]
 
