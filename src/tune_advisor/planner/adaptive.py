@@ -128,9 +128,9 @@ class AdaptivePlanner(Planner):
                 s.ledger.unexplored.extend(f"{name}: over budget" for name in live)
                 return current
             # a ladder in question first, else the most promising knob (first in ORDER on ties); compile after
-            # the others (`_cheap_first`)
+            # the others (`_compile_last`)
             name = next((k for k in live if k in self.rejudge), None) or max(
-                self._cheap_first(live), key=lambda k: live[k].speedup)
+                self._compile_last(live), key=lambda k: live[k].speedup)
             done.add(name)
             self.rejudge.discard(name)
             self.visits[name] += 1
@@ -141,7 +141,7 @@ class AdaptivePlanner(Planner):
                 current = found
 
     @staticmethod
-    def _cheap_first(live: dict[str, Prospect]) -> list[str]:
+    def _compile_last(live: dict[str, Prospect]) -> list[str]:
         """The knobs to pick the next one from: `live` but compile while any other is live. A compiled probe
         compiles anew in every fresh process, so once compile is kept every later probe and each confirmation
         round pays for it: a 2-minute raw_sensor_mlp run kept compile first at 1.05x, then spent 12-18 s a

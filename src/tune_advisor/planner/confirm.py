@@ -12,7 +12,7 @@ from .. import knobs
 from ..analysis import stats
 from ..probe.result import ProbeResult, Status
 from . import figures
-from .compare import DUEL_MAX_S, lockstep_drift
+from .compare import DUEL_MAX_S, lockstep_drift, promising
 from .ratios import pair_ratio, plain_wall, window_rate
 from .keep import MIN_GAIN
 
@@ -380,7 +380,7 @@ def _undecided(session, rounds: list[tuple[ProbeResult, ProbeResult]], base: Pro
     if not _finished(rounds):
         return False
     centre, low, _ = speedup_interval(session, rounds, base, winner, timed)
-    return centre >= 1 + MIN_GAIN and low <= 1.0
+    return promising(centre, low)
 
 
 def _spanned(session, started: float) -> bool:
