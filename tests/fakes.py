@@ -25,7 +25,8 @@ class FakeBackend:
     (the per-step losses; by default the same falling curve for every configuration, as a shared seed gives) and
     `dense` (the profile's `dense_frac`, put on a baseline probe, the one the real run profiles), `fetch_cpu`
     (`extra.fetch_cpu_frac`: the loading thread's CPU share, recorded as the child does only without workers) and
-    `restart` (seconds the first measured step waits for an epoch's loader to start: `extra.epoch_start_steps`).
+    `restart` (seconds the first measured step waits for an epoch's loader to start: `extra.epoch_start_steps`),
+    `shutdown` (seconds that step spends outside its data wait, as the old workers shut down).
     Steps get seeded uniform jitter of ±`jitter` (2% by default).
 
     `moment(settings, role)` models the machine's speed states: the factor a probe run on its own is slowed by
@@ -108,8 +109,8 @@ class FakeBackend:
         wall_s = max(self.wall_s - float(times[n:].sum()), float(times[:n].sum()))
         times = times[:n]
         waits = times * given.get("wait", 0.0)
-        restart = given.get("restart", 0.0)
-        times[0] += restart
+        restart, shutdown = given.get("restart", 0.0), given.get("shutdown", 0.0)
+        times[0] += restart + shutdown
         waits[0] += restart
         raw = {"step_s": list(times), "items": [float(bs)] * n, "data_wait_s": list(waits), "h2d_s": [0.0] * n,
                "loss": list(given.get("loss", [2.0 - 0.01 * i for i in range(self.steps)]))[:n]}
@@ -121,7 +122,7 @@ class FakeBackend:
             result.extra["compile"] = {"compile_s": given["compile_s"]}
         if "fetch_cpu" in given and settings["num_workers"] == 0:
             result.extra["fetch_cpu_frac"] = given["fetch_cpu"]
-        if restart:
+        if restart or shutdown:
             result.extra["epoch_start_steps"] = [0]
         return result
 

@@ -54,6 +54,13 @@ COMPUTE_SPEEDUP = {"amp": 1.6, "channels_last": 1.1, "channels_last_amp": 1.2,
                    "batch_size": 1.2, "cudnn_benchmark": 1.1, "compile": 1.15, "matmul_precision": 1.5,
                    "optimizer_impl": 1.1}
 
+# A value not tried once the value that does all it does and more was measured on top of the same settings: the
+# fused optimizer does the foreach one's batching over parameters and also fuses each update's arithmetic. Where
+# both were measured it never lost to foreach (hf_transformer: foreach 0.96x, fused 1.04x; varlen_transformer:
+# foreach 1.00x, fused 1.03-1.08x; augment_cpu: foreach 1.06x, fused 1.57x), and at a 1- or 2-minute budget the
+# foreach probe and its duels cost a confirmation round or the compile probe.
+SUBSUMED = {("optimizer_impl", "foreach"): "fused"}
+
 # Exploration order when prospects tie, and the knobs this planner knows.
 ORDER = ("num_workers", "amp", "channels_last", "batch_size", "checkpointing", "pin_memory", "cudnn_benchmark",
          "compile", "matmul_precision", "optimizer_impl", "persistent_workers", "prefetch_factor")
@@ -214,8 +221,9 @@ class AdaptivePlanner(Planner):
     def _second_look(self, current: ProbeResult) -> ProbeResult | None:
         """With nothing left to explore, the comparisons against the best that are still open (`open_gains`: a
         gain of at least MIN_GAIN at the median whose CI reaches 1, or a CI that cannot tell) earn the further
-        duels a comparison against the baseline earns (compare.MAX_DUELS_AMPLE), with what is left of the budget
-        before the confirmation: the plan has nothing else to spend it on. One lstm_collate run read batch 256
+        duels a comparison against the baseline earns (compare.MAX_DUELS_AMPLE), and a gain still promising after
+        them more (compare.MAX_DUELS_SECOND_LOOK), with what is left of the budget before the confirmation: the
+        plan has nothing else to spend it on. One lstm_collate run read batch 256
         over 128 not beyond the noise in three lockstep duels, kept 128 and ended at 76 s of its 180; its twin run
         kept 256, 1.06x faster re-measured. Returns the candidate that now beats the best, or None."""
         s, ledger = self.session, self.session.ledger
@@ -429,11 +437,15 @@ class AdaptivePlanner(Planner):
                          f"{base.settings['batch_size']}, scaled by the batch and the step times)")
 
     def _restart_prospect(self, current: ProbeResult) -> Prospect:
-        """persistent_workers saves the worker start-up at every epoch: bounded by the data wait of the steps that
-        began an epoch while measuring."""
-        starts = current.extra.get("epoch_start_steps") or []
-        waits = current.raw.get("data_wait_s") or []
-        restart = sum(waits[i] for i in starts if i < len(waits)) / (sum(current.step_s) or 1.0)
+        """persistent_workers saves the worker start-up at every epoch: bounded by how much longer than the median
+        step the steps that began an epoch took while measuring. Not by their data wait alone: a new epoch also
+        shuts the old workers down, which the wait does not hold (lightning_module at batch 64, 4 workers: those
+        steps took 0.33-0.42 s, 0.17-0.20 s of it waiting for data, and 0.22-0.24 s with persistent workers, which
+        measured 1.19x; at batch 16 the wait's share, 2.5-4.7% of the time, ranked them last and no 1- to
+        3-minute run tried them, where keeping them measured 1.07x)."""
+        starts, steps = current.extra.get("epoch_start_steps") or [], current.step_s
+        typical = statistics.median(steps) if steps else 0.0
+        restart = sum(max(0.0, steps[i] - typical) for i in starts if i < len(steps)) / (sum(steps) or 1.0)
         if restart * (1 + MIN_GAIN) < MIN_GAIN:  # 1 / (1 - restart) < 1 + MIN_GAIN
             return Prospect(1 / (1 - restart), f"{len(starts)} epoch start(s) while measuring cost {restart:.1%} "
                                                "of the time: keeping workers alive cannot gain "
@@ -465,9 +477,15 @@ class AdaptivePlanner(Planner):
         return self.choice(name, current)
 
     def choice(self, name: str, current: ProbeResult) -> ProbeResult:
-        """Each other value of `name` on top of `current`; the best that beats it."""
+        """Each other value of `name` on top of `current`, those another subsumes (SUBSUMED) last and only where
+        it was not measured; the best that beats it."""
         best = current
-        for value in self.alternatives(name, current):
+        for value in sorted(self.alternatives(name, current), key=lambda v: (name, v) in SUBSUMED):
+            if (wider := self._subsumed(name, value, current)) is not None:
+                why = f"{name}={wider} does all it does, and was measured here"
+                self.decisions.append(f"{name}={value}: not tried: {why}")
+                self.session.ledger.unexplored.append(f"{name}={value}: {why}")
+                continue
             extra_s = COMPILE_ALLOWANCE_S if name == "compile" else 0.0
             if not self.session.budget.affordable(extra_s=extra_s):
                 self.session.ledger.unexplored.append(f"{name}={value}: over budget")
@@ -476,6 +494,16 @@ class AdaptivePlanner(Planner):
             if self._usable(result) and self.session.beats(best, result):
                 best = result
         return best
+
+    def _subsumed(self, name: str, value, current: ProbeResult):
+        """The value subsuming `value` (SUBSUMED) where it is `current`'s or was measured on top of it, else None."""
+        wider = SUBSUMED.get((name, value))
+        if wider is None:
+            return None
+        if current.settings[name] == wider:
+            return wider
+        seen = self.session.ledger.seen({**current.settings, name: wider})
+        return wider if seen is not None and seen.ok and seen.measured else None
 
     def _worker_ups(self, current: ProbeResult) -> list:
         """The larger worker counts worth a probe on top of `current` (the cores can feed them)."""
@@ -536,9 +564,11 @@ class AdaptivePlanner(Planner):
         ladder's far end, where the large gains are, and keeps time for the knobs after it: tiny_batch_mlp's
         1-minute runs walked 8 and 16 of 8-512 and kept 16 (3.3x), and, once a ladder's rungs ran as lockstep
         pairs, all seven rungs to 512 in 27 s, leaving amp and the fused optimizer (another 2.3x) over budget;
-        io_bound's walked 1 and 2 of up to 32 loader workers. `_between` then tries the rungs skipped above the
-        best."""
-        if len(ups) < 3 or self.session.budget.affordable(probes=4 * len(ups), confirming=True):
+        io_bound's walked 1 and 2 of up to 32 loader workers. Two rungs are one such step: augment_cpu's 1-minute
+        run walked 1 loader worker (0.8x) before the 2 its cores could feed (1.5x), 13 s of its minute, and had
+        none left for batch 128 and the fused optimizer, which pay beside them. `_between` then tries the rungs
+        skipped above the best (with two, the first where the second lost)."""
+        if len(ups) < 2 or self.session.budget.affordable(probes=4 * len(ups), confirming=True):
             return ups
         rungs = ups[1::2] + ups[-1:] if len(ups) % 2 else ups[1::2]
         self.decisions.append(f"{name} ladder in double steps ({', '.join(map(str, rungs))} of "

@@ -42,6 +42,12 @@ MAX_DUELS = 3  # per comparison: a gain still inconclusive after a duel earns an
 # looks while the gain stays promising let noise through a little more often than one test would (a false 3% gain
 # needs a run of lucky rounds past the 95% bound); the ablation and the confirmation measure every kept change again.
 MAX_DUELS_AMPLE = 6
+# ... and a plan's second look (nothing else left to explore) goes on past them, up to this many, while the gain stays
+# promising and the budget affords it: one 2-minute augment_cpu run read its 2 loader workers over none at 1.11x
+# [0.98, 1.32] over six rounds in turn, kept the baseline and ended at 61 s, half its budget unused; its 5-minute
+# run kept them, and with them batch 128 and the fused optimizer (1.73x). At a round's log spread of about 0.15,
+# a true 1.11x clears 1 after about ten rounds.
+MAX_DUELS_SECOND_LOOK = 16
 MIN_RUNS = 3  # runs per side from which their spread, not the steps', measures the noise (duels in turn add them)
 # Duels in turn from which their rounds decide (Student's t over the rounds' ratios: two rounds are rarely enough,
 # so an inconclusive second earns a third): a round's two runs are seconds apart, so the machine's slower swings
@@ -92,22 +98,22 @@ def dueled(ledger, reference: ProbeResult, candidate: ProbeResult) -> bool:
 
 
 def open_gains(ledger, reference: ProbeResult) -> list[ProbeResult]:
-    """The settings dueled as candidates against `reference` whose gain over it is still open, with fewer than
-    MAX_DUELS_AMPLE duels so far: promising (at least MIN_GAIN at the median) with a CI that reaches 1, or a
-    CI that reaches from below 1 past MIN_GAIN at a median from DUEL_FROM (one augment_cpu run read 2 loader
-    workers over none at 0.97x, 1.29x and 0.94x in three rounds in turn, kept nothing and ended at 28 s of its
-    180; the grid put 2 workers 1.2-1.4x over none). Highest median first; each as its first probe of those
-    settings."""
+    """The settings dueled as candidates against `reference` whose gain over it is still open: promising (at
+    least MIN_GAIN at the median) with a CI that reaches 1, with fewer than MAX_DUELS_SECOND_LOOK duels so far,
+    or, with fewer than MAX_DUELS_AMPLE, a CI that reaches from below 1 past MIN_GAIN at a median from DUEL_FROM
+    (one augment_cpu run read 2 loader workers over none at 0.97x, 1.29x and 0.94x in three rounds in turn, kept
+    nothing and ended at 28 s of its 180; the grid put 2 workers 1.2-1.4x over none). Highest median first; each
+    as its first probe of those settings."""
     ref = settings_key(reference.settings)
     found = []
     for (a, b), pairs in ledger.duels.items():
-        if a != ref or b == ref or len(pairs) >= MAX_DUELS_AMPLE:
+        if a != ref or b == ref or len(pairs) >= MAX_DUELS_SECOND_LOOK:
             continue
         candidate = ledger.seen(dict(b))
         if candidate is None or not candidate.ok:
             continue
         median, low, high = gain(ledger, reference, candidate)
-        if promising(median, low) or (median >= DUEL_FROM and untold(low, high)):
+        if promising(median, low) or (len(pairs) < MAX_DUELS_AMPLE and median >= DUEL_FROM and untold(low, high)):
             found.append((median, candidate))
     return [c for _, c in sorted(found, key=lambda mc: -mc[0])]
 

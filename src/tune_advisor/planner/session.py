@@ -17,7 +17,7 @@ from ..probe.result import ProbeResult, Status
 from ..probe.spec import ProbeSpec
 from . import compare, pairing
 from .budget import Budget
-from .compare import CLEAR_GAIN, DUEL_FROM, MAX_DUELS, MAX_DUELS_AMPLE, MIN_DUELS_UNDECIDED
+from .compare import CLEAR_GAIN, DUEL_FROM, MAX_DUELS, MAX_DUELS_AMPLE, MAX_DUELS_SECOND_LOOK, MIN_DUELS_UNDECIDED
 from .ratios import plain_wall
 from .keep import DUEL_ROLE, MIN_GAIN
 from .ledger import ProbeLedger
@@ -171,17 +171,19 @@ class Session:
         cannot yet tell a loss from a gain has at least MIN_DUELS_UNDECIDED, and a gain still promising but
         inconclusive after them (loader-bound probes are bursty) earns another, up to MAX_DUELS, while the budget
         allows (a gain over the baseline up to MAX_DUELS_AMPLE while the budget is ample, and so does a
-        `second_look`: the plan's last open comparison, planner/adaptive.py). Without the budget for one, the
-        evidence so far decides."""
+        `second_look`: the plan's last open comparison, planner/adaptive.py, which goes on while still promising,
+        up to MAX_DUELS_SECOND_LOOK). Without the budget for one, the evidence so far decides."""
         ledger = self.ledger
         median, low, high = compare.gain(ledger, reference, candidate)
         unknown = median != median  # failed, or no measures of one kind (alone / paired) on both sides
         if (unknown and not (reference.ok and candidate.ok)) or median < duel_from or (
                 median >= CLEAR_GAIN and low >= 1 + MIN_GAIN):
             return self._decided(reference, candidate)
-        while (asked := compare.asked(ledger, reference, candidate)) < MAX_DUELS_AMPLE:
+        while (asked := compare.asked(ledger, reference, candidate)) < (
+                MAX_DUELS_SECOND_LOOK if second_look else MAX_DUELS_AMPLE):
             dueled = compare.dueled(ledger, reference, candidate)
-            untold = compare.untold(low, high) and (asked < MIN_DUELS_UNDECIDED or second_look)
+            untold = compare.untold(low, high) and (asked < MIN_DUELS_UNDECIDED or
+                                                    (second_look and asked < MAX_DUELS_AMPLE))
             if dueled and not (compare.promising(median, low) or untold):
                 break  # decided
             if asked >= MAX_DUELS and not (second_look or ledger.is_baseline(reference)):
