@@ -23,6 +23,7 @@ from ..probe.result import ProbeResult
 from .base import Outcome, PlanContext, Planner
 from . import compare, pairing
 from .compare import DUEL_FROM, LOADER_DUEL_FROM
+from .ratios import settings_key
 from .keep import MIN_GAIN, without
 from .session import Session
 
@@ -98,6 +99,8 @@ class AdaptivePlanner(Planner):
         self.worker_cap: int | None = None  # the loader workers the cores can feed, when the baseline loaded in-process
         self.load_s: float | None = None  # seconds to load one sample, when the baseline loaded in-process
         self.rejudge: set[str] = set()  # ladders whose answer a later kept change put in question: explored first
+        self.moved_from: ProbeResult | None = None  # the best before a move to a tie (`_tie_move`), once made
+        self.tie: ProbeResult | None = None  # where that move went
         self.knobs = [k for k in ORDER if ctx.explore is None or k in ctx.explore]  # what this plan explores
         if ctx.explore is not None:
             self.decisions.append(f"exploring only {', '.join(self.knobs) or 'nothing'} (--knobs)")
@@ -126,14 +129,18 @@ class AdaptivePlanner(Planner):
                     current = self._keep(current, found)
                     self.rejudge |= self._questioned(changed, current)
                     continue
+                moved = self._tie_move(current, prospects) if self.moved_from is None else None
+                if moved is not None:
+                    self.moved_from, current = current, moved
+                    continue
                 self._ruled_out(prospects, current)
-                return current
+                return self._settled(current)
             if not s.budget.affordable():
                 # the knobs its prospects had already ruled out say why too (a CNN on an H200 ended by the budget
                 # with amp neither tried nor mentioned: its GPU sat idle 92% of the step)
                 self._ruled_out(prospects, current)
                 s.ledger.unexplored.extend(f"{name}: over budget" for name in live)
-                return current
+                return self._settled(current)
             # a ladder in question first, else the most promising knob (first in ORDER on ties); compile after
             # the others (`_compile_last`)
             name = next((k for k in live if k in self.rejudge), None) or max(
@@ -243,6 +250,52 @@ class AdaptivePlanner(Planner):
             if won:
                 return candidate
         return None
+
+    def _tie_move(self, current: ProbeResult, prospects: dict[str, Prospect]) -> ProbeResult | None:
+        """With nothing left to explore: a setting measured against `current` in a duel that reads a tie (its CI
+        holds 1, its median from DUEL_FROM) and beside which knobs `current`'s profile ruled out could pay, to
+        explore those on top of; None where there is none, or no budget. The tie is not kept for itself: it stays
+        in the recommendation only with a change kept beside it (`_settled`). On 2 cores augment_cpu's 2 loader
+        workers read 0.98x-1.11x of none in rounds in turn, the baseline's step waits for data 96% of the time
+        and so rules out every compute knob, and coordinate ascent ended there (1- and 2-minute runs kept the
+        baseline); beside the 2 workers the step waits 39-47%, and its 5-minute run, which had kept them,
+        measured batch 128 and the fused optimizer 1.73x over the baseline."""
+        ledger, key = self.session.ledger, settings_key(current.settings)
+        ruled = [k for k, p in prospects.items() if p.why_not]
+        if not ruled or not self.session.budget.affordable():
+            return None
+        best = None
+        for (a, b), pairs in ledger.duels.items():
+            candidate = ledger.seen(dict(b)) if a == key and b != key else None
+            if candidate is None or not candidate.ok or not self._usable(candidate):
+                continue
+            median, low, high = compare.gain(ledger, current, candidate)
+            if not (median >= DUEL_FROM and low <= 1.0 <= high):
+                continue
+            opened = [k for k in ruled if self.prospect(k, candidate).why_not is None]
+            if opened and (best is None or (len(opened), median) > (len(best[1]), best[2])):
+                best = (candidate, opened, median, (median, low, high))
+        if best is None:
+            return None
+        candidate, opened = best[0], best[1]
+        wait, was = candidate.data_wait_frac() or 0.0, current.data_wait_frac() or 0.0
+        self.decisions.append(
+            f"tie: {knobs.describe(candidate.settings, current.settings)} reads a tie with "
+            f"{knobs.describe(current.settings, self.ctx.baseline)} "
+            f"({compare.describe_gain(ledger, current, candidate)}); beside it the step waits for data {wait:.0%} "
+            f"of the time, not {was:.0%}, so {', '.join(opened)} may pay there: explored on top of it, which stays "
+            "only with a change kept beside it")
+        self.tie = candidate
+        return candidate
+
+    def _settled(self, current: ProbeResult) -> ProbeResult:
+        """`current`, or the best before the move to a tie (`_tie_move`) where nothing was kept beside the tie."""
+        if self.moved_from is not None and current is self.tie:
+            self.decisions.append(f"tie: nothing kept beside "
+                                  f"{knobs.describe(current.settings, self.moved_from.settings)}: back to "
+                                  f"{knobs.describe(self.moved_from.settings, self.ctx.baseline)}")
+            return self.moved_from
+        return current
 
     def _record_not_applicable(self) -> None:
         """Not-applicable values become skipped probes with their reason, so the report lists them."""

@@ -24,7 +24,7 @@ from ..probe.spec import Protocol
 from . import ablation, pairing
 from .compare import DUEL_MAX_S
 from .ratios import plain_wall
-from .confirm import CONFIRM_GRACE, CONFIRM_RESERVE, reserve_s
+from .confirm import CONFIRM_GRACE, CONFIRM_RESERVE, reserve_s, rounds_to_tell
 from .keep import DUEL_ROLE
 from .ledger import ProbeLedger
 
@@ -155,7 +155,8 @@ class Budget:
 
     def confirmation_s(self, ablations: int = 0) -> float:
         """What the end of the plan will take: `ablations` ablation pairs and the confirmation's least rounds of
-        the baseline against the current best (`confirm.reserve_s`; further rounds and the runs alone only where
+        the baseline against the current best, those that could tell the gain the search kept it on from noise
+        (`confirm.reserve_s`, `confirm.rounds_to_tell`; further rounds and the runs alone only where
         time is left then). Exploring keeps back the confirmation alone: the ablation measures what time is left
         after it, and where none is, the search's own measures of each knob decide (planner/ablation.py); a
         1-minute cnn run held back three ablation pairs (17 s) while amp, channels_last and a batch ladder waited."""
@@ -165,7 +166,8 @@ class Budget:
         best = self.ledger.best if self.ledger.best is not None else self._fastest_over(base)
         if best is None:  # nothing to confirm yet: the time goes to exploring (issue 63: 1-minute runs ended with
             return 0.0  # knobs "over budget" and a third of the budget held back for a confirmation never run)
-        confirming = reserve_s(pairing.pairs(self.backend, base, best), self.fresh_parent_s, base, best)
+        confirming = reserve_s(pairing.pairs(self.backend, base, best), self.fresh_parent_s, base, best,
+                               rounds_to_tell(self.ledger.kept_gain(best)))
         return confirming + self.ablation_pair_s() * ablations
 
     def loader_wait_s(self, settings: dict[str, Any]) -> float | None:

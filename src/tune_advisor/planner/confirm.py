@@ -77,6 +77,11 @@ ROUND_SPREAD_DF = 4
 CONFIRM_ALONE = 1
 CONFIRM_RESERVE = 2 * CONFIRM_MIN_ROUNDS  # probes kept back from the budget for the confirmation (the runs alone: if
 # time is left; without them the figures come from the rounds: planner/figures.py)
+# Once a gain is kept, the plan keeps back the rounds that could tell it from noise at ROUND_SPREAD
+# (`rounds_to_tell`), up to this many, not CONFIRM_MIN_ROUNDS alone: two rounds confirm only a gain of about 1.3x
+# or more, and a 1-minute varlen_transformer run spent the time a third round needed on its ablation pairs, then
+# read its batch 64 + fused optimizer at 1.15x and 1.14x in two lockstep rounds and kept the baseline.
+RESERVE_MAX_ROUNDS = 6
 # The confirmation may run this far past --budget (the contract is "within 10%"): it is what the recommendation
 # rests on, and its probes' wall times vary with the machine's speed. Exploring probes stop where it must begin.
 CONFIRM_GRACE = 0.05
@@ -289,12 +294,26 @@ def step_ratio(a: ProbeResult, b: ProbeResult) -> float:
     return max(times) / min(times)
 
 
-def reserve_s(paired: bool, fresh_parent_s: float, base: ProbeResult, best: ProbeResult) -> float:
-    """What confirming `best` against `base` takes at least: its CONFIRM_MIN_ROUNDS rounds (in turn each side's
-    window capped), predicted from the two probes' own wall times. `paired`: whether the two run in lockstep
-    (`pairing.pairs`); `fresh_parent_s`: the backend's."""
+def reserve_s(paired: bool, fresh_parent_s: float, base: ProbeResult, best: ProbeResult,
+              rounds: int = CONFIRM_MIN_ROUNDS) -> float:
+    """What confirming `best` against `base` takes at least: `rounds` rounds (in turn each side's window capped),
+    predicted from the two probes' own wall times. `paired`: whether the two run in lockstep (`pairing.pairs`);
+    `fresh_parent_s`: the backend's."""
     turn, _ = _kind(paired, base, best)
-    return CONFIRM_MIN_ROUNDS * _round_s(fresh_parent_s, base, best, turn)
+    return rounds * _round_s(fresh_parent_s, base, best, turn)
+
+
+def rounds_to_tell(gain: float | None) -> int:
+    """The rounds a confirmation of `gain` needs at least: from CONFIRM_MIN_ROUNDS, the fewest whose Student's t
+    interval, at ROUND_SPREAD pooled with the rounds' own degrees of freedom (`_pooled_spread`), clears 1 around
+    that centre, up to RESERVE_MAX_ROUNDS; CONFIRM_MIN_ROUNDS where not even those could (a gain that small is
+    better served by the time exploring) or the gain is not known (nan, None)."""
+    if gain is None or not gain > 1.0:
+        return CONFIRM_MIN_ROUNDS
+    for n in range(CONFIRM_MIN_ROUNDS, RESERVE_MAX_ROUNDS + 1):
+        if stats.t95(n - 1 + ROUND_SPREAD_DF) * ROUND_SPREAD / np.sqrt(n) < np.log(gain):
+            return n
+    return CONFIRM_MIN_ROUNDS
 
 
 def _kind(paired: bool, base: ProbeResult, winner: ProbeResult) -> tuple[bool, bool]:

@@ -8,6 +8,7 @@ nothing: the Session (planner/session.py) has probes run and records them here.
 
 from __future__ import annotations
 
+import math
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
@@ -136,6 +137,13 @@ class ProbeLedger:
             if reference.settings.get(name) != value:
                 self._keeps[name] = {"value": value, "gain": gain, "change": change, "beside": reference.settings,
                                      "settings": candidate.settings, "probes": [reference.id, candidate.id]}
+
+    def kept_gain(self, best: ProbeResult) -> float | None:
+        """`best`'s gain over the baseline as the search kept it: the product of the keeps (`note_keep`) whose
+        changes it holds, each once; None without one."""
+        keeps = {(k["change"], tuple(k["probes"])): k["gain"] for name, k in self._keeps.items()
+                 if best.settings.get(name) == k["value"] and k["gain"] is not None}
+        return math.prod(g[0] for g in keeps.values()) if keeps else None
 
     def start_from(self, baseline: ProbeResult) -> None:
         """The plan's baseline probe: every gain is reckoned from it."""
