@@ -163,6 +163,15 @@ def test_a_tie_that_opens_knobs_the_best_rules_out_is_explored_on_top_of(beside_
         # AND with nothing kept beside it, the tie is dropped: the baseline stays
         assert "tie: nothing kept beside num_workers=2: back to (baseline)" in decisions
         assert outcome.recommended.settings == outcome.baseline.settings
+    # AND where the budget has no room for it, the run says what more time would have tried (a 1-minute augment_cpu
+    # run ended at 44 s as if its plan were done)
+    outcome, backend = run_plan(rate, workload=MLP, device=DeviceFacts("cpu", bf16_supported=False, cpu_cores=2),
+                                search={"num_workers": [0, 1, 2], "batch_size": [32, 64]}, baseline={"batch_size": 32},
+                                explore=("num_workers", "batch_size"), budget_s=55)
+    assert not any(c["batch_size"] == 64 for c in backend.calls)
+    assert "batch_size beside num_workers=2 (a tie with (baseline)): over budget" in outcome.unexplored
+    more = more_time(outcome.unexplored, 55)
+    assert more is not None and "batch_size beside num_workers=2 (a tie with (baseline))" in more.untried
 
 
 def test_the_confirmation_keeps_back_the_rounds_that_could_tell_the_kept_gain_from_noise():

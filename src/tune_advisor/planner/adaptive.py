@@ -262,8 +262,6 @@ class AdaptivePlanner(Planner):
         measured batch 128 and the fused optimizer 1.73x over the baseline."""
         ledger, key = self.session.ledger, settings_key(current.settings)
         ruled = [k for k, p in prospects.items() if p.why_not]
-        if not ruled or not self.session.budget.affordable():
-            return None
         best = None
         for (a, b), pairs in ledger.duels.items():
             candidate = ledger.seen(dict(b)) if a == key and b != key else None
@@ -278,6 +276,10 @@ class AdaptivePlanner(Planner):
         if best is None:
             return None
         candidate, opened = best[0], best[1]
+        if not self.session.budget.affordable():  # cut by the budget: more time would have tried it
+            ledger.unexplored.append(f"{', '.join(opened)} beside {knobs.describe(candidate.settings, current.settings)}"
+                                     f" (a tie with {knobs.describe(current.settings, self.ctx.baseline)}): over budget")
+            return None
         wait, was = candidate.data_wait_frac() or 0.0, current.data_wait_frac() or 0.0
         self.decisions.append(
             f"tie: {knobs.describe(candidate.settings, current.settings)} reads a tie with "
