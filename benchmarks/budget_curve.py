@@ -28,8 +28,8 @@ from tune_advisor import api, environment, knobs
 from tune_advisor.planner.budget import more_time
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = ["tiny_batch_mlp.py", "cnn.py", "io_bound.py", "lstm_collate.py", "augment_cpu.py",
-            "hf_transformer.py", "varlen_transformer.py"]
+FIXTURES = ["tiny_batch_mlp.py", "cnn.py", "io_bound.py", "lstm_collate.py", "augment_cpu.py", "raw_sensor_mlp.py",
+            "lightning_module.py", "hf_transformer.py", "varlen_transformer.py", "hf_trainer.py"]
 
 
 def cut_by_budget(run: api.Analysis) -> list[str]:
