@@ -2343,15 +2343,9 @@ def test_a_rung_whose_first_duel_cannot_tell_a_loss_from_a_gain_is_dueled_again(
     assert outcome.recommended.settings["batch_size"] == 128
 
 
-@pytest.mark.parametrize("reads, before", [([0.97, 1.29, 0.94], "1.03x"), ([0.96, 1.30, 1.00], "1.05x")])
-def test_a_second_look_also_goes_to_a_comparison_whose_rounds_cannot_tell_a_loss_from_a_gain(reads, before):
-    from tune_advisor.planner.compare import MAX_DUELS, MAX_DUELS_SECOND_LOOK
-    from tune_advisor.planner.keep import DUEL_ROLE
-
-    # GIVEN batch 32, truly 1.3x over the baseline's 16, compared in turn (no lockstep), whose first three duels read
-    # `reads`: a centre short of a gain beyond the noise and a CI reaching from below 1 far past it (augment_cpu's 2
-    # loader workers over none read 0.97x, 1.29x and 0.94x in one run, which kept nothing and ended at 28 s of its
-    # 180)
+def batch_32_read_in_turn(reads, budget_s, jitter):
+    """A plan over batch 16 and 32 (truly 1.3x), compared in turn, whose duels of 32 read `reads` (the ladder's screen
+    reads the true rate); the outcome, and the roles 32 was measured in."""
     runs_of_32 = []
 
     def moment(settings, role):
@@ -2362,12 +2356,24 @@ def test_a_second_look_also_goes_to_a_comparison_whose_rounds_cannot_tell_a_loss
         return reads[i - 1] / 1.3 if 1 <= i <= len(reads) else 1.0
 
     clock = FakeClock()
-    backend = FakeBackend(lambda s: 1000.0 * (1.3 if s["batch_size"] == 32 else 1.0), steps=8, jitter=0.05,
+    backend = FakeBackend(lambda s: 1000.0 * (1.3 if s["batch_size"] == 32 else 1.0), steps=8, jitter=jitter,
                           clock=clock, can_pair=False, moment=moment)
-    session = Session(backend, 120.0, clock=clock)  # past its first half after three duels
+    session = Session(backend, budget_s, clock=clock)
     ctx = PlanContext(baseline=knobs.full_settings({"batch_size": 16}), search={"batch_size": [16, 32]},
                       workload=MLP, device=CPU_NO_BF16, explore=("batch_size",))
-    outcome = plan(ctx, session, "adaptive")
+    return plan(ctx, session, "adaptive"), runs_of_32
+
+
+@pytest.mark.parametrize("reads, before", [([0.97, 1.29, 0.94], "1.03x"), ([0.96, 1.30, 1.00], "1.05x")])
+def test_a_second_look_also_goes_to_a_comparison_whose_rounds_cannot_tell_a_loss_from_a_gain(reads, before):
+    from tune_advisor.planner.compare import MAX_DUELS, MAX_DUELS_SECOND_LOOK
+    from tune_advisor.planner.keep import DUEL_ROLE
+
+    # GIVEN batch 32, truly 1.3x over the baseline's 16, compared in turn (no lockstep), whose first three duels read
+    # `reads`: a centre short of a gain beyond the noise and a CI reaching from below 1 far past it (augment_cpu's 2
+    # loader workers over none read 0.97x, 1.29x and 0.94x in one run, which kept nothing and ended at 28 s of its
+    # 180)
+    outcome, runs_of_32 = batch_32_read_in_turn(reads, 120.0, jitter=0.05)  # past its first half after three duels
     # THEN with nothing else to explore and the budget left, the comparison earns further duels though its centre
     # read no gain beyond the noise, until all its rounds together show it beyond the noise (1.03x: seven rounds)
     duels = runs_of_32.count(DUEL_ROLE)  # the confirmation's rounds after it have roles of their own
@@ -2386,23 +2392,7 @@ def test_a_second_look_goes_on_past_six_rounds_while_the_gain_stays_promising(la
     # GIVEN batch 32 compared with the baseline's 16 in turn (no lockstep), no budget (ample), whose first six rounds
     # read 1.07x [0.96, 1.20] (augment_cpu's 2 loader workers over none read 1.11x [0.98, 1.32] over six rounds in
     # one 2-minute run, which kept nothing and ended at 61 s), and whose later rounds read `later`
-    reads = [0.95, 1.20, 1.15, 0.97, 1.18, 1.02] + later
-    runs_of_32 = []
-
-    def moment(settings, role):
-        if settings["batch_size"] != 32:
-            return 1.0
-        runs_of_32.append(role)
-        i = len(runs_of_32) - 1  # the first is the ladder's screen, at the true rate
-        return reads[i - 1] / 1.3 if 1 <= i <= len(reads) else 1.0
-
-    clock = FakeClock()
-    backend = FakeBackend(lambda s: 1000.0 * (1.3 if s["batch_size"] == 32 else 1.0), steps=8, jitter=0.02,
-                          clock=clock, can_pair=False, moment=moment)
-    session = Session(backend, None, clock=clock)
-    ctx = PlanContext(baseline=knobs.full_settings({"batch_size": 16}), search={"batch_size": [16, 32]},
-                      workload=MLP, device=CPU_NO_BF16, explore=("batch_size",))
-    outcome = plan(ctx, session, "adaptive")
+    outcome, runs_of_32 = batch_32_read_in_turn([0.95, 1.20, 1.15, 0.97, 1.18, 1.02] + later, None, jitter=0.02)
     duels = runs_of_32.count(DUEL_ROLE)
     looks = [d for d in outcome.decisions if d.startswith("second look: batch_size=32")]
     assert len(looks) == 1 and f"over {MAX_DUELS_AMPLE} rounds in turn" in looks[0]

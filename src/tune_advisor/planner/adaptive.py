@@ -272,7 +272,7 @@ class AdaptivePlanner(Planner):
                 continue
             opened = [k for k in ruled if self.prospect(k, candidate).why_not is None]
             if opened and (best is None or (len(opened), median) > (len(best[1]), best[2])):
-                best = (candidate, opened, median, (median, low, high))
+                best = (candidate, opened, median)
         if best is None:
             return None
         candidate, opened = best[0], best[1]

@@ -78,8 +78,8 @@ CONFIRM_ALONE = 1
 CONFIRM_RESERVE = 2 * CONFIRM_MIN_ROUNDS  # probes kept back from the budget for the confirmation (the runs alone: if
 # time is left; without them the figures come from the rounds: planner/figures.py)
 # Once a gain is kept, the plan keeps back the rounds that could tell it from noise at ROUND_SPREAD
-# (`rounds_to_tell`), up to this many, not CONFIRM_MIN_ROUNDS alone: two rounds confirm only a gain of about 1.3x
-# or more, and a 1-minute varlen_transformer run spent the time a third round needed on its ablation pairs, then
+# (`rounds_to_tell`), up to this many, not CONFIRM_MIN_ROUNDS alone: two rounds confirm only a large gain (see
+# ROUND_SPREAD), and a 1-minute varlen_transformer run spent the time a third round needed on its ablation pairs, then
 # read its batch 64 + fused optimizer at 1.15x and 1.14x in two lockstep rounds and kept the baseline.
 RESERVE_MAX_ROUNDS = 6
 # The confirmation may run this far past --budget (the contract is "within 10%"): it is what the recommendation
