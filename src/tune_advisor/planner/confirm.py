@@ -329,11 +329,17 @@ def _alone_s(fresh_parent_s: float, base: ProbeResult, winner: ProbeResult, fres
 
 
 def _round_s(fresh_parent_s: float, base: ProbeResult, winner: ProbeResult, turn: bool, fresh: bool = False) -> float:
-    """One round's wall time: both probes' (lockstep sides overlap, so this is generous there), with their new
-    zygotes' start where `fresh` (a lockstep pair's two start together); in turn, with each window cut to
-    CONFIRM_TURN_WINDOW_S."""
-    cut = [max(0.0, sum(p.step_s) - CONFIRM_TURN_WINDOW_S) if turn else 0.0 for p in (base, winner)]
-    return plain_wall(base) + plain_wall(winner) - sum(cut) + (2 if turn else 1) * fresh_parent_s * fresh
+    """One round's wall time: each probe's wall beside its window (start-up, warm-up, the FLOPs count) and the
+    window its side will measure (lockstep sides overlap, so this is generous there), with their new zygotes'
+    start where `fresh` (a lockstep pair's two start together). In turn a side measures at most
+    CONFIRM_TURN_WINDOW_S; in timed turns at least that (their sides read 3.2-4.0 s in a 1-minute hf_transformer
+    run whose screens measured 1.3-3.5 s: reckoned from those, its reserve kept 2 rounds of 10 s, a round took 13 s
+    and the second ran out of budget); step by step, as long as the probe's own window."""
+    _, timed = _kind(not turn, base, winner)
+    own = [sum(p.step_s) for p in (base, winner)]
+    windows = [min(w, CONFIRM_TURN_WINDOW_S) if turn else max(w, CONFIRM_TURN_WINDOW_S) if timed else w for w in own]
+    return (sum(max(0.0, plain_wall(p) - w) for p, w in zip((base, winner), own)) + sum(windows)
+            + (2 if turn else 1) * fresh_parent_s * fresh)
 
 
 def speedup_interval(session, rounds: list[tuple[ProbeResult, ProbeResult]], base: ProbeResult,
