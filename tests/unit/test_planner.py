@@ -132,6 +132,15 @@ def test_a_short_budget_steps_over_the_first_of_two_rungs(two_pays):
     else:
         # THEN where 2 loses, the rung it stepped over is tried, and kept
         assert ladder == [2, 1] and outcome.recommended.settings["num_workers"] == 1
+    # AND a budget that could walk both rungs steps over the first too (a 1-minute augment_cpu run whose budget
+    # check, reckoned from a short baseline probe, let it walk 1 worker first); without a budget both are walked
+    outcome, _ = run_plan(rate, workload=MLP, device=DeviceFacts("cpu", bf16_supported=False, cpu_cores=2),
+                          search={"num_workers": [0, 1, 2], "batch_size": [16]}, budget_s=600,
+                          explore=("num_workers",))
+    assert [p.settings["num_workers"] for p in outcome.probes if p.role == "ladder:num_workers"][0] == 2
+    outcome, _ = run_plan(rate, workload=MLP, device=DeviceFacts("cpu", bf16_supported=False, cpu_cores=2),
+                          search={"num_workers": [0, 1, 2], "batch_size": [16]}, explore=("num_workers",))
+    assert [p.settings["num_workers"] for p in outcome.probes if p.role == "ladder:num_workers"] == [1, 2]
 
 
 @pytest.mark.parametrize("beside_pays", [True, False])

@@ -621,13 +621,18 @@ class AdaptivePlanner(Planner):
         pairs, all seven rungs to 512 in 27 s, leaving amp and the fused optimizer (another 2.3x) over budget;
         io_bound's walked 1 and 2 of up to 32 loader workers. Two rungs are one such step: augment_cpu's 1-minute
         run walked 1 loader worker (0.8x) before the 2 its cores could feed (1.5x), 13 s of its minute, and had
-        none left for batch 128 and the fused optimizer, which pay beside them. `_between` then tries the rungs
-        skipped above the best (with two, the first where the second lost)."""
-        if len(ups) < 2 or self.session.budget.affordable(probes=4 * len(ups), confirming=True):
+        none left for batch 128 and the fused optimizer, which pay beside them. Two rungs are stepped over on any
+        budget: the step costs a probe only where the far rung loses, and the budget check let another 1-minute
+        augment_cpu run walk 1 worker first (its baseline's probe, the one it reckons from, was short). `_between`
+        then tries the rungs skipped above the best (with two, the first where the second lost)."""
+        budget = self.session.budget
+        two = len(ups) == 2 and budget.limit_s is not None
+        if len(ups) < 2 or not two and budget.affordable(probes=4 * len(ups), confirming=True):
             return ups
         rungs = ups[1::2] + ups[-1:] if len(ups) % 2 else ups[1::2]
+        why = "on a budget, the far one of two rungs first" if two else "the budget could not walk every rung"
         self.decisions.append(f"{name} ladder in double steps ({', '.join(map(str, rungs))} of "
-                              f"{', '.join(map(str, ups))}): the budget could not walk every rung")
+                              f"{', '.join(map(str, ups))}): {why}")
         return rungs
 
     def _between(self, name: str, best: ProbeResult, ups: list, rungs: list) -> ProbeResult:
