@@ -7,6 +7,7 @@ import re
 import pytest
 
 from tune_advisor import api, knobs, results
+from tune_advisor.api import facade
 from tune_advisor.consistency import contradictions
 from tune_advisor.probe.result import Status
 
@@ -54,9 +55,12 @@ def test_cli_analyze_recommends_loader_workers_for_slow_storage(cli, tmp_path):
     # AND knobs that cannot apply on a CPU are listed with the reason, not silently dropped
     skipped = {p["error"] for p in saved["probes"] if p["status"] == "skipped"}
     assert any("no CUDA device" in reason for reason in skipped)
-    # AND FLOPs are counted once per settings' first probe, not again in a duel's re-measurements
-    for probe in (p for p in saved["probes"] if p["status"] == "ok"):
-        assert probe["extra"]["collectors"]["flops"].startswith("skipped") == (probe["role"] == "recheck")
+    # AND FLOPs are counted by the probes that first measure settings, not again in a duel's re-measurements, the
+    # ablation's or the confirmation's
+    counted = {p["role"]: not p["extra"]["collectors"]["flops"].startswith("skipped")
+               for p in saved["probes"] if p["status"] == "ok"}
+    assert counted["baseline"] and {role for role, yes in counted.items() if not yes} >= {"confirm:baseline"}
+    assert all(yes == facade.counts_flops(role) for role, yes in counted.items())
 
 
 def test_failing_batch_sizes_are_recorded_and_never_recommended(tmp_path):

@@ -1267,7 +1267,7 @@ def test_with_three_runs_a_side_their_spread_not_the_steps_measures_the_noise():
 
 
 def test_probes_get_what_is_left_of_the_budget_as_their_limit():
-    from tune_advisor.planner.confirm import CONFIRM_GRACE, CONFIRM_TURN_WINDOW_S
+    from tune_advisor.planner.confirm import CONFIRM_GRACE
     from tune_advisor.probe.spec import ProbeSpec
 
     backend, clock = FakeBackend(lambda s: 1000.0, wall_s=5.0), FakeClock()
@@ -1276,14 +1276,11 @@ def test_probes_get_what_is_left_of_the_budget_as_their_limit():
     clock.now = 20.0
     # GIVEN 40 s left and nothing yet to confirm: an exploring probe may take all of it (issue 63, part 2)
     assert session.budget.time_left("ladder:batch_size") == 60.0 - 20.0
-    # WHEN a candidate is kept, with a confirmation predicted at two lockstep rounds in timed turns (batch 32's steps
-    # take twice batch 16's), each side its probe's 5 s wall with its window of 30 steps grown to a timed turn's 4 s
-    # (its ablation and each side's run alone take what is left then)
-    best = session.run(knobs.full_settings({"batch_size": 32}), "ladder:batch_size")
-    session.ledger.keep_best(best)
-    rounds_s = 2 * sum(5.0 - sum(p.step_s) + CONFIRM_TURN_WINDOW_S for p in (session.ledger.baseline, best))
+    # WHEN a candidate is kept, with a confirmation predicted at 2 x (5 s + 5 s): two lockstep rounds (its ablation
+    # and each side's run alone take what is left then)
+    session.ledger.keep_best(session.run(knobs.full_settings({"batch_size": 32}), "ladder:batch_size"))
     # THEN an exploring probe may run until those must begin; the confirmation 5% past the budget
-    assert session.budget.time_left("ladder:batch_size") == pytest.approx(60.0 - 20.0 - rounds_s)
+    assert session.budget.time_left("ladder:batch_size") == 60.0 - 20.0 - 20.0
     assert session.budget.time_left("confirm:baseline") == 60.0 * (1 + CONFIRM_GRACE) - 20.0
     assert Session(backend).budget.time_left("knob:amp") is None
     # AND the runner's limit is the smaller of the probe timeout and that, and says which it is
@@ -1631,11 +1628,10 @@ def test_exploring_keeps_back_the_confirmation_alone_and_the_ablation_takes_what
     session = Session(FakeBackend(lambda s: 1000.0, wall_s=5.0), budget_s=100.0, clock=clock)
     base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
     session.ledger.start_from(base)
-    session.ledger.keep_best(session.run({**base.settings, "batch_size": 20, "amp": "bf16"}, "ladder:batch_size"))
+    session.ledger.keep_best(session.run({**base.settings, "batch_size": 32, "amp": "bf16"}, "ladder:batch_size"))
     clock.now = 60.0
     budget = session.budget
     # THEN exploring and ablation probes alike leave only the confirmation its time: two rounds of 5 s + 5 s
-    # (lockstep step by step: batch 20's steps take 1.25x batch 16's)
     assert budget.confirmation_s() == 20.0
     assert budget.time_left("ladder:batch_size") == budget.time_left("ablate:amp") == 100.0 - 60.0 - 20.0
     # AND an ablation pair (5 s a side) starts only where it, the pairs after it and the confirmation still fit
@@ -1809,9 +1805,8 @@ def test_an_undecided_confirmation_spends_the_time_of_the_runs_alone_on_another_
     # WHEN three rounds read a gain worth keeping whose CI still reaches 1 (1.15x, rounds ±15% apart)
     # THEN a fourth round runs where the runs alone would have: the decision rests on it
     assert confirmation(1.15, [0.85, 1.15, 0.95, 1.05]) == (4, 0)
-    # AND where three rounds have decided (1.4x, steps close enough to pair step by step), the time goes to the runs
-    # alone, for the figures they print
-    assert confirmation(1.4, [1.0]) == (3, 2)
+    # AND where three rounds have decided (2x), the time goes to the runs alone, for the figures they print
+    assert confirmation(2.0, [1.0]) == (3, 2)
 
 
 def test_a_confirmation_stops_only_when_the_interval_it_states_is_precise():
@@ -2602,3 +2597,20 @@ def test_with_nothing_yet_to_confirm_the_time_held_for_the_confirmation_goes_to_
     assert outcome.recommended.settings == outcome.baseline.settings
     over = [u for u in outcome.unexplored if "over budget" in u]
     assert not over or backend.clock.now > 60.0 - 5.0, (backend.clock.now, over)
+
+
+def test_the_confirmations_reserve_holds_the_profile_its_first_round_takes():
+    from tune_advisor.planner.confirm import CONFIRM_MIN_ROUNDS, reserve_s
+
+    # GIVEN a baseline whose 5 s probe spent 2 s of it profiling, and a winner's 5 s probe that did not profile
+    backend = FakeBackend(lambda s: 1000.0)
+    session = Session(backend)
+    base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
+    base.extra["profile_wall_s"] = 2.0
+    winner = session.run({**base.settings, "amp": "bf16"}, "knob:amp")
+    # THEN two lockstep rounds are reckoned from the walls without the profile (3 s + 5 s), and the profile of the
+    # recommended side in the first round is added once (a 1-minute hf_transformer run's first round took 13 s, 2 s
+    # of it profiling, where 10 s a round had been kept back)
+    assert reserve_s(True, 0.0, base, winner) == pytest.approx(CONFIRM_MIN_ROUNDS * (3.0 + 5.0) + 2.0)
+    del base.extra["profile_wall_s"]  # --no-profile
+    assert reserve_s(True, 0.0, base, winner) == pytest.approx(CONFIRM_MIN_ROUNDS * (5.0 + 5.0))

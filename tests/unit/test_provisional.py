@@ -203,3 +203,20 @@ def test_the_runs_phases_are_saved_typed_in_its_budget(tmp_path):
     saved.save()
     phases = results.read_record(saved.path).budget.phases
     assert phases.inspection_s == 2.346 and phases.calibration_s == 0.0 and phases.reports_s is None
+
+
+def test_only_the_first_probes_of_settings_count_flops(tmp_path, live):
+    from tune_advisor.planner.keep import DUEL_ROLE
+    from tune_advisor.probe.backend import ProbeLimits
+
+    # GIVEN the probe specs of an analysis
+    _, session, _ = start(tmp_path, live, amp_wins)
+
+    def counts(role):
+        return session.make_spec("p099", knobs.full_settings({"batch_size": 16}), role, ProbeLimits()).count_flops
+
+    # THEN the baseline and screening probes count one step's FLOPs; a duel's recheck, an ablation side and the
+    # confirmation's rounds and runs alone, which measure settings measured before, do not
+    assert all(counts(r) for r in ("baseline", "knob:amp", "ladder:batch_size", "bisect:batch_size"))
+    assert not any(counts(r) for r in (DUEL_ROLE, "ablate:with", "ablate:amp", "confirm:baseline",
+                                       "confirm:recommended", "confirm:alone:baseline"))

@@ -253,3 +253,19 @@ def test_the_line_never_names_a_setting_the_report_shows_measured_and_the_settin
     # AND without the cut it is hidden as not applicable, as before
     doc["budget"]["unexplored"] = []
     assert "matmul_precision" not in [row.knob for row in view.build(doc).settings_rows]
+
+
+def test_mfu_comes_from_the_first_probe_of_the_settings_that_counted_its_flops():
+    # GIVEN a recommendation whose own probe, a duel's recheck, counted no FLOPs, and the screen of the same settings
+    # that did (re-measurements and confirmation rounds do not count them again: api/facade.counts_flops)
+    base = probe("p001", "baseline")
+    base["extra"] = {"flops": {"mfu": 0.02, "peak_dtype": "fp32"}}
+    screen = probe("p002", "ladder:batch_size", median=200.0, batch_size=64)
+    screen["extra"] = {"flops": {"mfu": 0.05, "peak_dtype": "fp32"}}
+    recheck = probe("p003", "recheck", median=210.0, batch_size=64)
+    report = view.build(document([base, screen, recheck], base, recheck))
+    # THEN both sides' MFU are shown, the recommendation's from its screen
+    assert report.mfu == [("baseline", "2.0% of the fp32 peak"), ("recommended", "5.0% of the fp32 peak")]
+    # AND where no probe of the settings counted them, it says so
+    report = view.build(document([base, recheck], base, recheck))
+    assert report.mfu[1] == ("recommended", "not measured: no FLOP count recorded")

@@ -17,7 +17,7 @@ from .. import workload as workload_mod
 from ..collectors import designate, flops
 from ..distributed import launch
 from ..errors import UsageError
-from ..planner import Outcome, PlanContext, Session, budget, compare, figures, plan
+from ..planner import Outcome, PlanContext, Session, ablation, budget, compare, figures, plan
 from ..planner.keep import DUEL_ROLE
 from ..planner.ledger import ProbeLedger
 from ..probe.backend import ProbeBackend, ProbeLimits
@@ -245,8 +245,16 @@ class ProbeSpecs:
         o = self.options
         return ProbeSpec(id=probe_id, workload=str(self.info.path), settings=settings, device=self.device,
                          protocol=limits.protocol(o.protocol), timeout_s=o.probe_timeout, seed=o.seed,
-                         profile=self.profiled(role), count_flops=role != DUEL_ROLE, distributed=self.layout,
+                         profile=self.profiled(role), count_flops=counts_flops(role), distributed=self.layout,
                          budget_left_s=limits.left_s, script=self.info.script, preload=self.info.preload)
+
+
+def counts_flops(role: str) -> bool:
+    """Whether a probe of `role` counts one step's FLOPs: not a duel's recheck, an ablation side or a confirmation
+    round, whose settings an earlier probe measured and counted (the reports read each setting's count from its
+    first probe that has one). Counted again in every confirmation probe, it was the phase a 1-minute
+    hf_transformer run's second round was in when the budget stopped it."""
+    return not (role == DUEL_ROLE or role.startswith((ablation.ROLE, "confirm")))
 
 
 def _session(record: RunRecord, backend: ProbeBackend, make_spec: Callable[..., ProbeSpec], budget_s: float | None,

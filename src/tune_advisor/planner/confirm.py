@@ -297,10 +297,18 @@ def step_ratio(a: ProbeResult, b: ProbeResult) -> float:
 def reserve_s(paired: bool, fresh_parent_s: float, base: ProbeResult, best: ProbeResult,
               rounds: int = CONFIRM_MIN_ROUNDS) -> float:
     """What confirming `best` against `base` takes at least: `rounds` rounds (in turn each side's window capped),
-    predicted from the two probes' own wall times. `paired`: whether the two run in lockstep (`pairing.pairs`);
-    `fresh_parent_s`: the backend's."""
+    predicted from the two probes' own wall times, and the recommended side's profile in the first. `paired`:
+    whether the two run in lockstep (`pairing.pairs`); `fresh_parent_s`: the backend's."""
     turn, _ = _kind(paired, base, best)
-    return rounds * _round_s(fresh_parent_s, base, best, turn)
+    return rounds * _round_s(fresh_parent_s, base, best, turn) + _profile_s(base)
+
+
+def _profile_s(base: ProbeResult) -> float:
+    """What profiling the confirmation's first recommended side adds (`designate.PROFILED_ROLES`), reckoned from
+    the baseline's profiled steps; 0 where it was not profiled (--no-profile). Probes' walls leave it out
+    (`plain_wall`): a 1-minute hf_transformer run's first round took 13 s, 2 s of them profiling, where its reserve
+    had kept 10 s a round, and its second round ran out of budget."""
+    return base.extra.get("profile_wall_s") or 0.0
 
 
 def rounds_to_tell(gain: float | None) -> int:
@@ -329,17 +337,11 @@ def _alone_s(fresh_parent_s: float, base: ProbeResult, winner: ProbeResult, fres
 
 
 def _round_s(fresh_parent_s: float, base: ProbeResult, winner: ProbeResult, turn: bool, fresh: bool = False) -> float:
-    """One round's wall time: each probe's wall beside its window (start-up, warm-up, the FLOPs count) and the
-    window its side will measure (lockstep sides overlap, so this is generous there), with their new zygotes'
-    start where `fresh` (a lockstep pair's two start together). In turn a side measures at most
-    CONFIRM_TURN_WINDOW_S; in timed turns at least that (their sides read 3.2-4.0 s in a 1-minute hf_transformer
-    run whose screens measured 1.3-3.5 s: reckoned from those, its reserve kept 2 rounds of 10 s, a round took 13 s
-    and the second ran out of budget); step by step, as long as the probe's own window."""
-    _, timed = _kind(not turn, base, winner)
-    own = [sum(p.step_s) for p in (base, winner)]
-    windows = [min(w, CONFIRM_TURN_WINDOW_S) if turn else max(w, CONFIRM_TURN_WINDOW_S) if timed else w for w in own]
-    return (sum(max(0.0, plain_wall(p) - w) for p, w in zip((base, winner), own)) + sum(windows)
-            + (2 if turn else 1) * fresh_parent_s * fresh)
+    """One round's wall time: both probes' (lockstep sides overlap, so this is generous there), with their new
+    zygotes' start where `fresh` (a lockstep pair's two start together); in turn, with each window cut to
+    CONFIRM_TURN_WINDOW_S."""
+    cut = [max(0.0, sum(p.step_s) - CONFIRM_TURN_WINDOW_S) if turn else 0.0 for p in (base, winner)]
+    return plain_wall(base) + plain_wall(winner) - sum(cut) + (2 if turn else 1) * fresh_parent_s * fresh
 
 
 def speedup_interval(session, rounds: list[tuple[ProbeResult, ProbeResult]], base: ProbeResult,

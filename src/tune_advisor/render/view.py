@@ -299,7 +299,7 @@ def build(document: record.Document | Mapping[str, Any], cost_per_hour: float | 
                + ([(energy.label, energy.change)] if energy else [])) if changes else [],
         settings_rows=_settings_rows(doc, base_settings, recommended.settings if is_ok(recommended) else None,
                                      more.knobs if more else set()),
-        mfu=_mfu(baseline, recommended, changes),
+        mfu=_mfu(baseline, recommended, changes, probes),
         energy=energy,
         more_time=_more_time(doc.command, more) if more else None,
     )
@@ -474,15 +474,16 @@ def _settings_rows(doc: record.Document, base: dict, rec: dict | None,
     return rows
 
 
-def _mfu(baseline: record.Probe | None, recommended: record.Probe | None, changes: dict) -> list[tuple[str, str]]:
-    """Model FLOPs utilisation of the baseline and the recommendation, or why it was not measured."""
+def _mfu(baseline: record.Probe | None, recommended: record.Probe | None, changes: dict,
+         probes: list[record.Probe]) -> list[tuple[str, str]]:
+    """Model FLOPs utilisation of the baseline and the recommendation, or why it was not measured: from the
+    side's own probe, else the first of `probes` with its settings that counted them (re-measurements do not)."""
     sides = [("baseline", baseline)] + ([("recommended", recommended)] if changes else [])
     shown = []
     for side, probe in sides:
         if probe is None:
             continue
-        flops = (probe.extra.model_extra or {}).get("flops") if hasattr(probe.extra, "model_extra") else None
-        flops = flops if isinstance(flops, Mapping) else {}
+        flops = _flops(probe) or next((_flops(p) for p in probes if p.settings == probe.settings and _flops(p)), {})
         if isinstance(flops.get("mfu"), (int, float)):
             share = f"{flops['mfu'] * 100:.1f}%" if flops["mfu"] >= 0.001 else "under 0.1%"
             text = f"{share} of the {flops.get('peak_dtype') or 'device'} peak"
@@ -490,6 +491,12 @@ def _mfu(baseline: record.Probe | None, recommended: record.Probe | None, change
             text = f"not measured: {flops.get('mfu_unavailable') or 'no FLOP count recorded'}"
         shown.append((side, text))
     return shown
+
+
+def _flops(probe: record.Probe) -> Mapping[str, Any] | None:
+    """The probe's FLOPs count (`extra.flops`), None where it has none."""
+    flops = (probe.extra.model_extra or {}).get("flops") if hasattr(probe.extra, "model_extra") else None
+    return flops if isinstance(flops, Mapping) and flops else None
 
 
 def _rounds_kind(method: str | None) -> str:
