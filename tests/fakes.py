@@ -26,7 +26,8 @@ class FakeBackend:
     `dense` (the profile's `dense_frac`, put on a baseline probe, the one the real run profiles), `fetch_cpu`
     (`extra.fetch_cpu_frac`: the loading thread's CPU share, recorded as the child does only without workers) and
     `restart` (seconds the first measured step waits for an epoch's loader to start: `extra.epoch_start_steps`),
-    `shutdown` (seconds that step spends outside its data wait, as the old workers shut down).
+    `shutdown` (seconds that step spends outside its data wait, as the old workers shut down), `compile_s`,
+    `graphs` and `unsupported` (a compiled probe's `extra.compile`).
     Steps get seeded uniform jitter of ±`jitter` (2% by default).
 
     `moment(settings, role)` models the machine's speed states: the factor a probe run on its own is slowed by
@@ -120,6 +121,8 @@ class FakeBackend:
             result.extra["profile"] = {"dense_frac": given["dense"]}
         if "compile_s" in given and settings.get("compile", "off") != "off":  # what its warm-up spent compiling
             result.extra["compile"] = {"compile_s": given["compile_s"]}
+            if "graphs" in given:  # what dynamo compiled (0: it gave up, for `unsupported`)
+                result.extra["compile"].update(graphs=given["graphs"], unsupported=given.get("unsupported", []))
         if "fetch_cpu" in given and settings["num_workers"] == 0:
             result.extra["fetch_cpu_frac"] = given["fetch_cpu"]
         if restart or shutdown:

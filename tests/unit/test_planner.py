@@ -2614,3 +2614,26 @@ def test_the_confirmations_reserve_holds_the_profile_its_first_round_takes():
     assert reserve_s(True, 0.0, base, winner) == pytest.approx(CONFIRM_MIN_ROUNDS * (3.0 + 5.0) + 2.0)
     del base.extra["profile_wall_s"]  # --no-profile
     assert reserve_s(True, 0.0, base, winner) == pytest.approx(CONFIRM_MIN_ROUNDS * (5.0 + 5.0))
+
+
+def test_a_compile_that_compiled_no_graph_is_not_kept_and_its_other_modes_are_not_tried():
+    # GIVEN lstm_collate's shape: dynamo gives up on the LSTM, so every compiled probe runs eagerly, and the compiled
+    # probes happen to read 1.3x (a 2-minute run kept compile=default at 1.09x over eager and its own report's TA504
+    # advised leaving it off)
+    def rate(s):
+        compiled = s["compile"] != "off"
+        return {"rate": 1000.0 * (1.3 if compiled else 1.0), "compile_s": 0.1, "graphs": 0,
+                "unsupported": ["Attempted to wrap RNN, GRU, or LSTM"]}
+
+    outcome, backend = run_plan(rate, workload=MLP, device=CPU_NO_BF16, explore=("compile",), jitter=0.0,
+                                search={"batch_size": [16], "compile": ["off", "default", "max-autotune"]})
+    # THEN compile is not kept, the first mode's probe is the only compiled one, and the decisions say why
+    assert outcome.recommended.settings["compile"] == "off"
+    assert [c["compile"] for c in backend.calls if c["compile"] != "off"] == ["default"]
+    eager = ("compile=default compiled no graph (Attempted to wrap RNN, GRU, or LSTM), so the model ran eagerly")
+    assert f"compile=default: not kept: {eager}" in outcome.decisions
+    assert f"compile=max-autotune: not tried: {eager}" in outcome.decisions
+    # AND a compile that compiled a graph is judged by its speed as before
+    outcome, _ = run_plan(lambda s: {**rate(s), "graphs": 1}, workload=MLP, device=CPU_NO_BF16, explore=("compile",),
+                          jitter=0.0, search={"batch_size": [16], "compile": ["off", "default"]})
+    assert outcome.recommended.settings["compile"] == "default"

@@ -534,21 +534,39 @@ class AdaptivePlanner(Planner):
     def choice(self, name: str, current: ProbeResult) -> ProbeResult:
         """Each other value of `name` on top of `current`, those another subsumes (SUBSUMED) last and only where
         it was not measured; the best that beats it."""
-        best = current
+        best, eager = current, None  # eager: why a compile mode ran eagerly (the other modes would too)
         for value in sorted(self.alternatives(name, current), key=lambda v: (name, v) in SUBSUMED):
             if (wider := self._subsumed(name, value, current)) is not None:
                 why = f"{name}={wider} does all it does, and was measured here"
                 self.decisions.append(f"{name}={value}: not tried: {why}")
                 self.session.ledger.unexplored.append(f"{name}={value}: {why}")
                 continue
+            if eager is not None:
+                self.decisions.append(f"{name}={value}: not tried: {eager}")
+                continue
             extra_s = COMPILE_ALLOWANCE_S if name == "compile" else 0.0
             if not self.session.budget.affordable(extra_s=extra_s):
                 self.session.ledger.unexplored.append(f"{name}={value}: over budget")
                 continue
             result = self.session.measure({**current.settings, name: value}, f"knob:{name}", best)
+            if (eager := self._ran_eagerly(result)) is not None:  # whatever it read, it is eager's speed
+                self.decisions.append(f"{name}={value}: not kept: {eager}")
+                continue
             if self._usable(result) and self.session.beats(best, result):
                 best = result
         return best
+
+    @staticmethod
+    def _ran_eagerly(result: ProbeResult) -> str | None:
+        """Why a compiled probe ran eagerly (dynamo compiled no graph), else None: its speed is the eager model's,
+        and any gain it reads is the processes' spread. A 2-minute lstm_collate run kept compile=default at 1.09x
+        over eager, every one of its compiled probes having compiled no graph ("Attempted to wrap RNN, GRU, or
+        LSTM"), and its report's TA504 advised leaving compile off."""
+        stats = result.extra.get("compile") if result.ok else None
+        if not stats or stats.get("graphs", 1) != 0:
+            return None
+        why = "; ".join(stats.get("unsupported") or []) or "dynamo gave up on the model"
+        return f"compile={result.settings['compile']} compiled no graph ({why}), so the model ran eagerly"
 
     def _subsumed(self, name: str, value, current: ProbeResult):
         """The value subsuming `value` (SUBSUMED) where it is `current`'s or was measured on top of it, else None."""
