@@ -549,7 +549,8 @@ class AdaptivePlanner(Planner):
                 self.session.ledger.unexplored.append(f"{name}={value}: over budget")
                 continue
             result = self.session.measure({**current.settings, name: value}, f"knob:{name}", best)
-            if (eager := self._ran_eagerly(result)) is not None:  # whatever it read, it is eager's speed
+            if name == "compile" and (eager := self._ran_eagerly(result)) is not None:  # eager's speed, whatever
+                # it read (only compile's own probes: a knob tried on top of a kept compile is judged by its speed)
                 self.decisions.append(f"{name}={value}: not kept: {eager}")
                 continue
             if self._usable(result) and self.session.beats(best, result):
