@@ -163,13 +163,17 @@ def test_the_gate_runs_its_probes_as_ray_tasks(cli, tmp_path, local_ray):
 
 @pytest.mark.slow
 def test_a_slower_working_tree_fails_against_the_committed_version_measured_interleaved(tmp_path):
-    # GIVEN a committed workload, and a working-tree change that sleeps 30 ms in every step
+    # GIVEN a committed workload, and a working-tree change that adds eight 384x384 matmuls to every step: compute,
+    # not a sleep, so that a busy machine slows both versions alike (a sleep does not slow down, the tiny reference
+    # step does: with a 30 ms sleep, one of three rounds read far off the others in a full test run, 0.076x with
+    # a 95% CI of 0.005-1.625, a 92% drop "not significant")
     repo = git_repo(tmp_path)
     model = repo / "model.py"
     model.write_text(model.read_text() + (
-        "\n\nimport time\nimport torch.nn.functional as F\n\n\n"
-        "def compute_loss(model, batch):\n    time.sleep(0.03)\n    x, y = batch\n"
-        "    return F.cross_entropy(model(x), y)\n"))
+        "\n\nimport torch.nn.functional as F\n\n\n"
+        "def compute_loss(model, batch):\n    x, y = batch\n    w = torch.ones(384, 384)\n"
+        "    for _ in range(8):\n        w = torch.tanh(w @ w / 384)\n"
+        "    return F.cross_entropy(model(x), y) + 0 * w.sum()\n"))
     # WHEN the gate compares it with HEAD in this job, in the default 3 rounds (with 2, Student's t over the rounds
     # has 1 degree of freedom: two rounds reading 0.085x and 0.145x of a 9x slowdown were not significant)
     result = run_gate(model, against="HEAD", checks=["throughput:20%"], device="cpu", protocol=FAST)
