@@ -799,6 +799,32 @@ def test_a_chain_of_lockstep_wins_is_kept_without_a_duel_of_its_ends():
     assert "(1.2" in kept and "over its chain of ladder wins" in kept
 
 
+def test_a_later_win_of_the_same_settings_adds_a_link_and_keeps_the_chain():
+    # GIVEN a batch ladder's lockstep wins 16 -> 128 -> 256 (under bf16), then an ablation pair in which the same
+    # batch-256 settings beat themselves without bf16 (a 1-minute lstm_collate run: that win replaced the ladder's
+    # last link, and batch 256 was then judged from two probes 25 s apart, 1.03x, and dropped)
+    from tune_advisor.planner import compare
+    from tune_advisor.planner.ledger import ProbeLedger
+
+    def probe(i, **changes):
+        return ProbeResult(f"p{i:03d}", knobs.full_settings({"batch_size": 16, "amp": "bf16", **changes}), Status.OK)
+
+    ledger = ProbeLedger()
+    b16, b128, b256, b256_fp32 = probe(1), probe(2, batch_size=128), probe(3, batch_size=256), probe(
+        4, batch_size=256, amp="off")
+    ledger.note_win(b16, b128, (1.17, 1.13, 1.21))
+    ledger.note_win(b128, b256, (1.07, 1.04, 1.10))
+    ledger.note_win(b256_fp32, b256, (1.60, 1.58, 1.62))
+    # THEN the chain from 16 to 256 still stands, its gains multiplied; the ablation's ends have their own duel
+    median, low, high = compare.chained_gain(ledger, b16, b256)
+    assert median == pytest.approx(1.17 * 1.07) and low < median < high
+    assert compare.chained_gain(ledger, b256_fp32, b256) is None
+    # AND a chain is found past a dead end, and none to settings no win leads from
+    ledger.note_win(probe(5, batch_size=64), b128, (1.05, 1.01, 1.09))
+    assert compare.chained_gain(ledger, b16, b256)[0] == pytest.approx(1.17 * 1.07)
+    assert compare.chained_gain(ledger, probe(6, batch_size=8), b256) is None
+
+
 def test_a_gain_made_by_a_fast_moment_of_the_machine_is_rejected_by_a_lockstep_duel():
     # GIVEN bf16 no faster at all, but its probe on its own ran in a fast moment of the machine (1.3x), and a
     # backend that cannot pair its probe with the baseline's from the start (too little memory for two)

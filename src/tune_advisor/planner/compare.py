@@ -120,19 +120,27 @@ def open_gains(ledger, reference: ProbeResult) -> list[ProbeResult]:
 
 def chained_gain(ledger, reference: ProbeResult, candidate: ProbeResult) -> Gain | None:
     """The gain candidate/reference over a chain of lockstep wins (`ledger.wins`), reference -> ... -> candidate (a
-    ladder's rungs, each kept in a lockstep duel), or None without one: the ratios multiply, and the half-widths
-    of their log CIs add in quadrature (the duels are independent measurements). It spares the ladder's start and
+    ladder's rungs, each kept in a lockstep duel), or None without one or where the two won a duel of their own:
+    the ratios multiply, and the half-widths of their log CIs add in quadrature (the duels are independent
+    measurements). The shortest such chain (fewest duels, least added noise). It spares the ladder's start and
     end a duel of their own."""
-    wins = ledger.wins
-    links, key, start = [], settings_key(candidate.settings), settings_key(reference.settings)
-    while key != start:
-        if key not in wins or len(links) >= len(wins):
-            return None
-        key, link = wins[key]
-        links.append(link)
-    if len(links) < 2:
+    wins, start = ledger.wins, settings_key(reference.settings)
+    key = settings_key(candidate.settings)
+    if start in wins.get(key, {}):
         return None  # one link is the direct comparison
-    logs = np.log(np.array(links))  # rows: (median, low, high)
+    links_to: dict[tuple, list[Gain]] = {key: []}
+    frontier = [key]
+    while frontier and start not in links_to:  # breadth first: the first chain found is a shortest one
+        following = []
+        for node in frontier:
+            for previous, link in wins.get(node, {}).items():
+                if previous not in links_to:
+                    links_to[previous] = links_to[node] + [link]
+                    following.append(previous)
+        frontier = following
+    if start not in links_to:
+        return None
+    logs = np.log(np.array(links_to[start]))  # rows: (median, low, high)
     half = np.sqrt(np.sum(((logs[:, 2] - logs[:, 1]) / 2) ** 2))
     centre = logs[:, 0].sum()
     return float(np.exp(centre)), float(np.exp(centre - half)), float(np.exp(centre + half))
