@@ -18,12 +18,12 @@ BLOCKS = WorkloadFacts(repeated_blocks="layers: 4 x Block", dataset_len=10_000)
 
 def run_plan(rate, workload=CNN, search=None, baseline=None, budget_s=None, memory=None, device=CPU,
              strategy="adaptive", jitter=0.02, moment=None, lockstep=False, explore=None, pair_memory=None,
-             fresh_parent_s=0.0, train_steps=None):
+             fresh_parent_s=0.0, train_steps=None, wall_s=5.0):
     # `lockstep`: the backend measures pairs together, as analyze's local one does (probe/lockstep.py);
-    # `fresh_parent_s`: what a probe forked from a new parent costs it (backend.fresh_parent_s)
+    # `fresh_parent_s`: what a probe forked from a new parent costs it (backend.fresh_parent_s); `wall_s`: a probe's wall time
     clock = FakeClock()
     backend = FakeBackend(rate, jitter=jitter, moment=moment, clock=clock, can_pair=lockstep,
-                          pair_memory_bytes=pair_memory)
+                          pair_memory_bytes=pair_memory, wall_s=wall_s)
     backend.fresh_parent_s = fresh_parent_s
     session = Session(backend, budget_s, clock=clock)
     ctx = PlanContext(baseline=knobs.full_settings(baseline or {"batch_size": 16}), search=search or {},

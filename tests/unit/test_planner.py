@@ -143,6 +143,31 @@ def test_a_short_budget_steps_over_the_first_of_two_rungs(two_pays):
     assert [p.settings["num_workers"] for p in outcome.probes if p.role == "ladder:num_workers"] == [1, 2]
 
 
+def test_a_loader_ladder_is_reckoned_at_its_duels_in_turn():
+    # GIVEN hf_trainer's shape on 2 cores: a loader whose thread is on a CPU 40% of the time (the cores feed about
+    # 5 workers), 1, 2 and 4 workers 1.3x, 1.7x and 1.75x as fast as none, 2 s probes and a minute
+    gains = {0: 1.0, 1: 1.3, 2: 1.7, 4: 1.75}
+
+    def rate(s):
+        return {"rate": 1000.0 * gains[s["num_workers"]], "wait": 0.5 if s["num_workers"] == 0 else 0.1,
+                "fetch_cpu": 0.4}
+
+    def ladder(budget_s):
+        outcome, _ = run_plan(rate, workload=MLP, device=DeviceFacts("cpu", bf16_supported=False, cpu_cores=2),
+                              search={"num_workers": [0, 1, 2, 4], "batch_size": [16]}, budget_s=budget_s,
+                              explore=("num_workers",), wall_s=2.0)
+        return outcome, [p.settings["num_workers"] for p in outcome.probes if p.role == "ladder:num_workers"]
+
+    # THEN its rungs, each dueled in turn, are reckoned at two rounds of two probes: a minute cannot walk all
+    # three (a lockstep rung's reckoning, four probes, let a 1-minute hf_trainer run walk 1, 2 and 4 workers in
+    # 30 s), so it steps over 1 worker to 2, then 4
+    outcome, walked = ladder(60)
+    assert walked == [2, 4]
+    assert any(d.startswith("num_workers ladder in double steps (2, 4 of 1, 2, 4)") for d in outcome.decisions)
+    # AND a budget that can walk them all does
+    assert ladder(600)[1] == [1, 2, 4]
+
+
 @pytest.mark.parametrize("beside_pays", [True, False])
 def test_a_tie_that_opens_knobs_the_best_rules_out_is_explored_on_top_of(beside_pays):
     # GIVEN augment_cpu's shape on 2 cores: a CPU-bound loader whose step waits for data 96% of the time, 2 loader

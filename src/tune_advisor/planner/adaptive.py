@@ -22,7 +22,7 @@ from ..fmt import fmt_bytes
 from ..probe.result import ProbeResult
 from .base import Outcome, PlanContext, Planner
 from . import compare, pairing
-from .compare import DUEL_FROM, LOADER_DUEL_FROM
+from .compare import DUEL_FROM, LOADER_DUEL_FROM, MIN_DUELS_UNDECIDED
 from .ratios import settings_key
 from .keep import MIN_GAIN, without
 from .session import Session
@@ -632,8 +632,8 @@ class AdaptivePlanner(Planner):
         return best if rungs == ups else self._between(name, best, ups, rungs)
 
     def _strided(self, name: str, ups: list) -> list:
-        """A ladder's rungs to walk up: all of them where walking them all, a probe and its duel each, would take
-        at most half of what the budget leaves before the confirmation; else every other one from the second, and
+        """A ladder's rungs to walk up: all of them where walking them all, a probe and its duel each
+        (`_rung_probes`), would take at most half of what the budget leaves before the confirmation; else every other one from the second, and
         the largest, so each step is twice as large (4x on a doubling ladder) and a short budget reaches the
         ladder's far end, where the large gains are, and keeps time for the knobs after it: tiny_batch_mlp's
         1-minute runs walked 8 and 16 of 8-512 and kept 16 (3.3x), and, once a ladder's rungs ran as lockstep
@@ -646,13 +646,23 @@ class AdaptivePlanner(Planner):
         then tries the rungs skipped above the best (with two, the first where the second lost)."""
         budget = self.session.budget
         two = len(ups) == 2 and budget.limit_s is not None
-        if len(ups) < 2 or not two and budget.affordable(probes=4 * len(ups), confirming=True):
+        if len(ups) < 2 or not two and budget.affordable(probes=self._rung_probes(name) * len(ups), confirming=True):
             return ups
         rungs = ups[1::2] + ups[-1:] if len(ups) % 2 else ups[1::2]
         why = "on a budget, the far one of two rungs first" if two else "the budget could not walk every rung"
         self.decisions.append(f"{name} ladder in double steps ({', '.join(map(str, rungs))} of "
                               f"{', '.join(map(str, ups))}): {why}")
         return rungs
+
+    @staticmethod
+    def _rung_probes(name: str) -> int:
+        """The probes' time a rung of ladder `name` is reckoned at, doubled (`_strided`: walking every rung may take
+        half of what is left): its screen and a duel beside the best, a lockstep pair's two side by side (one
+        probe's time), a loader rung's in turn (`keep.together`), MIN_DUELS_UNDECIDED rounds of two. A 1-minute
+        hf_trainer run, reckoned at a lockstep rung's four, walked 1, 2 and 4 loader workers, three probes each
+        with walls 2-3x its baseline's: 30 s of its minute, and amp was cut short by the budget."""
+        duel = 2 * MIN_DUELS_UNDECIDED if name in ("num_workers", *knobs.LOADER_KNOBS) else 1
+        return 2 * (1 + duel)
 
     def _between(self, name: str, best: ProbeResult, ups: list, rungs: list) -> ProbeResult:
         """After a strided walk: the skipped rungs between the best and the next rung walked above it, as the
