@@ -20,7 +20,8 @@ def run_plan(rate, workload=CNN, search=None, baseline=None, budget_s=None, memo
              strategy="adaptive", jitter=0.02, moment=None, lockstep=False, explore=None, pair_memory=None,
              fresh_parent_s=0.0, train_steps=None, wall_s=5.0):
     # `lockstep`: the backend measures pairs together, as analyze's local one does (probe/lockstep.py);
-    # `fresh_parent_s`: what a probe forked from a new parent costs it (backend.fresh_parent_s); `wall_s`: a probe's wall time
+    # `fresh_parent_s`: what a probe forked from a new parent costs it (backend.fresh_parent_s); `wall_s`: a
+    # probe's wall time
     clock = FakeClock()
     backend = FakeBackend(rate, jitter=jitter, moment=moment, clock=clock, can_pair=lockstep,
                           pair_memory_bytes=pair_memory, wall_s=wall_s)

@@ -633,17 +633,18 @@ class AdaptivePlanner(Planner):
 
     def _strided(self, name: str, ups: list) -> list:
         """A ladder's rungs to walk up: all of them where walking them all, a probe and its duel each
-        (`_rung_probes`), would take at most half of what the budget leaves before the confirmation; else every other one from the second, and
-        the largest, so each step is twice as large (4x on a doubling ladder) and a short budget reaches the
-        ladder's far end, where the large gains are, and keeps time for the knobs after it: tiny_batch_mlp's
-        1-minute runs walked 8 and 16 of 8-512 and kept 16 (3.3x), and, once a ladder's rungs ran as lockstep
-        pairs, all seven rungs to 512 in 27 s, leaving amp and the fused optimizer (another 2.3x) over budget;
-        io_bound's walked 1 and 2 of up to 32 loader workers. Two rungs are one such step: augment_cpu's 1-minute
-        run walked 1 loader worker (0.8x) before the 2 its cores could feed (1.5x), 13 s of its minute, and had
-        none left for batch 128 and the fused optimizer, which pay beside them. Two rungs are stepped over on any
-        budget: the step costs a probe only where the far rung loses, and the budget check let another 1-minute
-        augment_cpu run walk 1 worker first (its baseline's probe, the one it reckons from, was short). `_between`
-        then tries the rungs skipped above the best (with two, the first where the second lost)."""
+        (`_rung_probes`), would take at most half of what the budget leaves before the confirmation; else every
+        other one from the second, and the largest, so each step is twice as large (4x on a doubling ladder) and
+        a short budget reaches the ladder's far end, where the large gains are, and keeps time for the knobs
+        after it: tiny_batch_mlp's 1-minute runs walked 8 and 16 of 8-512 and kept 16 (3.3x), and, once a
+        ladder's rungs ran as lockstep pairs, all seven rungs to 512 in 27 s, leaving amp and the fused
+        optimizer (another 2.3x) over budget; io_bound's walked 1 and 2 of up to 32 loader workers. Two rungs
+        are one such step: augment_cpu's 1-minute run walked 1 loader worker (0.8x) before the 2 its cores could
+        feed (1.5x), 13 s of its minute, and had none left for batch 128 and the fused optimizer, which pay
+        beside them. Two rungs are stepped over on any budget: the step costs a probe only where the far rung
+        loses, and the budget check let another 1-minute augment_cpu run walk 1 worker first (its baseline's
+        probe, the one it reckons from, was short). `_between` then tries the rungs skipped above the best (with
+        two, the first where the second lost)."""
         budget = self.session.budget
         two = len(ups) == 2 and budget.limit_s is not None
         if len(ups) < 2 or not two and budget.affordable(probes=self._rung_probes(name) * len(ups), confirming=True):

@@ -63,17 +63,17 @@ CONFIRM_TURN_WINDOW_S = DUEL_MAX_S
 # rounds of 133 confirmations of the shipped fixtures, pooled (each its own mean removed; 330 degrees of freedom:
 # 0.098; AMD EPYC 0.104, Intel Xeon 0.088), rounded up, counted as ROUND_SPREAD_DF degrees of freedom
 # (benchmarks/round_spread.py; benchmarks/results/round_spread.md). It was 0.15, the largest any benchmark had
-# measured (augment_cpu's rounds in turn, hf_trainer's re-measures): from two rounds its interval held the mean of
-# the later rounds in 39 of 41 confirmations, more than a calibrated 95% CI holds a later mean (83-89% for two to
-# four later rounds at one spread), and 0.11 held 35 of 41; from three rounds both held 23 of 26. A confirmation whose own rounds spread further widens its
-# interval by their own degrees of freedom. Two rounds then confirm a gain of 1.22x or more (the CI's low end above
-# 1), three 1.17x, so a confirmation keeps back CONFIRM_MIN_ROUNDS of any kind and runs more while its CI is wide and
-# the budget allows; from stats.WALSH_MIN_ROUNDS rounds their own interval decides alone. Step-by-step lockstep
-# rounds pool it too, with the run's other repeated lockstep comparisons (`_pooled_spread`): each round is still a
-# pair of fresh processes, and their few rounds can agree by chance or part widely (a lstm_collate confirmation's 8
-# such rounds read 1.27x [1.26, 1.29] and its re-measure 1.43x; on a machine loaded by a test suite, one
-# tiny_batch_mlp confirmation's two rounds read 7.6x and 18.6x, and Student's t with one degree of freedom stated
-# [0.04, 3554.61]).
+# measured (augment_cpu's rounds in turn, hf_trainer's re-measures): from two rounds its interval held the mean of the
+# later rounds in 39 of 41 confirmations, more than a calibrated 95% CI holds a later mean (83-89% for two to four
+# later rounds at one spread), and 0.11 held 35 of 41; from three rounds both held 23 of 26. A confirmation whose own
+# rounds spread further widens its interval by their own degrees of freedom. Two rounds then confirm a gain of 1.22x
+# or more (the CI's low end above 1), three 1.17x, so a confirmation keeps back CONFIRM_MIN_ROUNDS of any kind and
+# runs more while its CI is wide and the budget allows; from stats.WALSH_MIN_ROUNDS rounds their own interval decides
+# alone. Step-by-step lockstep rounds pool it too, with the run's other repeated lockstep comparisons
+# (`_pooled_spread`): each round is still a pair of fresh processes, and their few rounds can agree by chance or part
+# widely (a lstm_collate confirmation's 8 such rounds read 1.27x [1.26, 1.29] and its re-measure 1.43x; on a machine
+# loaded by a test suite, one tiny_batch_mlp confirmation's two rounds read 7.6x and 18.6x, and Student's t with one
+# degree of freedom stated [0.04, 3554.61]).
 ROUND_SPREAD = 0.11
 ROUND_SPREAD_DF = 4
 # Then each of the two once more alone, so that its printed figure rests on separate runs of the kind training sees
@@ -87,9 +87,10 @@ CONFIRM_RESERVE = 2 * CONFIRM_MIN_ROUNDS  # probes kept back from the budget for
 # read its batch 64 + fused optimizer at 1.15x and 1.14x in two lockstep rounds and kept the baseline.
 RESERVE_MAX_ROUNDS = 6
 # ... and rounds enough that their CI clears 1 in four of five confirmations of a true gain that large (80% power:
-# the normal quantile 0.84 added to Student's t), not in one of two: a plan that kept back the fewest rounds whose
-# CI would clear 1 exactly at the kept gain (two at 1.23x) spent the rest on an ablation pair, and its two rounds,
-# read ±10%, kept the baseline.
+# the normal quantile 0.84 added to Student's t), not in one of two: kept back at the fewest rounds whose CI clears
+# 1 exactly at the kept gain, varlen_transformer's shape in the planner's tests (batch 64 and the fused optimizer,
+# 1.1x each, steps ±10%) kept back two rounds for its 1.23x, spent the rest on an ablation pair, and kept the
+# baseline.
 CONFIRM_POWER_Z = 0.84
 # The confirmation may run this far past --budget (the contract is "within 10%"): it is what the recommendation
 # rests on, and its probes' wall times vary with the machine's speed. Exploring probes stop where it must begin.
@@ -323,8 +324,8 @@ def _profile_s(base: ProbeResult) -> float:
 def rounds_to_tell(gain: float | None) -> int:
     """The rounds a confirmation of `gain` needs at least: from CONFIRM_MIN_ROUNDS, the fewest whose Student's t
     interval, at ROUND_SPREAD pooled with the rounds' own degrees of freedom (`_pooled_spread`), clears 1 around
-    that centre with CONFIRM_POWER_Z to spare, up to RESERVE_MAX_ROUNDS; CONFIRM_MIN_ROUNDS where not even those could (a gain that small is
-    better served by the time exploring) or the gain is not known (nan, None)."""
+    that centre with CONFIRM_POWER_Z to spare, up to RESERVE_MAX_ROUNDS; CONFIRM_MIN_ROUNDS where not even those
+    could (a gain that small is better served by the time exploring) or the gain is not known (nan, None)."""
     if gain is None or not gain > 1.0:
         return CONFIRM_MIN_ROUNDS
     for n in range(CONFIRM_MIN_ROUNDS, RESERVE_MAX_ROUNDS + 1):
