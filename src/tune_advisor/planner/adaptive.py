@@ -549,25 +549,13 @@ class AdaptivePlanner(Planner):
                 self.session.ledger.unexplored.append(f"{name}={value}: over budget")
                 continue
             result = self.session.measure({**current.settings, name: value}, f"knob:{name}", best)
-            if name == "compile" and (eager := self._ran_eagerly(result)) is not None:  # eager's speed, whatever
+            if name == "compile" and (eager := self.ran_eagerly(result)) is not None:  # eager's speed, whatever
                 # it read (only compile's own probes: a knob tried on top of a kept compile is judged by its speed)
                 self.decisions.append(f"{name}={value}: not kept: {eager}")
                 continue
             if self._usable(result) and self.session.beats(best, result):
                 best = result
         return best
-
-    @staticmethod
-    def _ran_eagerly(result: ProbeResult) -> str | None:
-        """Why a compiled probe ran eagerly (dynamo compiled no graph), else None: its speed is the eager model's,
-        and any gain it reads is the processes' spread. A 2-minute lstm_collate run kept compile=default at 1.09x
-        over eager, every one of its compiled probes having compiled no graph ("Attempted to wrap RNN, GRU, or
-        LSTM"), and its report's TA504 advised leaving compile off."""
-        stats = result.extra.get("compile") if result.ok else None
-        if not stats or stats.get("graphs", 1) != 0:
-            return None
-        why = "; ".join(stats.get("unsupported") or []) or "dynamo gave up on the model"
-        return f"compile={result.settings['compile']} compiled no graph ({why}), so the model ran eagerly"
 
     def _subsumed(self, name: str, value, current: ProbeResult):
         """The value subsuming `value` (SUBSUMED) where it is `current`'s or was measured on top of it, else None."""

@@ -113,6 +113,18 @@ class Planner:
             self.notes.append(self.unpaid[mode] + ": not recommended")
         return self.unpaid[mode]
 
+    @staticmethod
+    def ran_eagerly(result: ProbeResult) -> str | None:
+        """Why a compiled probe ran eagerly (dynamo compiled no graph), else None: its speed is the eager model's,
+        and any gain it reads is the processes' spread. A 2-minute lstm_collate run kept compile=default at 1.09x
+        over eager, every one of its compiled probes having compiled no graph ("Attempted to wrap RNN, GRU, or
+        LSTM"), and its report's TA504 advised leaving compile off. Neither strategy recommends such a probe."""
+        stats = result.extra.get("compile") if result.ok else None
+        if not stats or stats.get("graphs", 1) != 0:
+            return None
+        why = "; ".join(stats.get("unsupported") or []) or "dynamo gave up on the model"
+        return f"compile={result.settings['compile']} compiled no graph ({why}), so the model ran eagerly"
+
     def run(self) -> Outcome:
         base = self.session.run(self.ctx.baseline, "baseline")
         self.session.ledger.start_from(base)

@@ -12,7 +12,7 @@ from .. import knobs
 from ..analysis import stats
 from ..probe.result import ProbeResult, Status
 from . import figures
-from .compare import DUEL_MAX_S, lockstep_drift, promising
+from .compare import DUEL_MAX_S, ROUND_SPREAD, ROUND_SPREAD_DF, lockstep_drift, promising
 from .ratios import pair_ratio, plain_wall, window_rate
 from .keep import MIN_GAIN
 
@@ -55,27 +55,6 @@ CONFIRM_TURN_S = 0.5
 # capped at 8 s 0.140 in 7.0 s: the same spread per second spent. So a side measures at most CONFIRM_TURN_WINDOW_S
 # in a round in turn (a duel's cap).
 CONFIRM_TURN_WINDOW_S = DUEL_MAX_S
-# How far rounds of fresh processes spread, one round from the next, where they share no moments (in turn) or only
-# half-second turns (timed turns): what separates them is each process's level, a property of the machine more than
-# of the settings. A few rounds cannot estimate it: two rounds leave one degree of freedom (t = 12.7), and a 1-minute
-# cnn run confirmed bf16 + channels_last at 1.96x and 1.77x in two rounds in timed turns, 1.87x [0.97, 3.59], and
-# kept the baseline. So their own spread is pooled with this one (stats.pooled_log_sd's prior): the spread of the
-# rounds of 133 confirmations of the shipped fixtures, pooled (each its own mean removed; 330 degrees of freedom:
-# 0.098; AMD EPYC 0.104, Intel Xeon 0.088), rounded up, counted as ROUND_SPREAD_DF degrees of freedom
-# (benchmarks/round_spread.py; benchmarks/results/round_spread.md). It was 0.15, the largest any benchmark had
-# measured (augment_cpu's rounds in turn, hf_trainer's re-measures): from two rounds its interval held the mean of the
-# later rounds in 39 of 41 confirmations, more than a calibrated 95% CI holds a later mean (83-89% for two to four
-# later rounds at one spread), and 0.11 held 35 of 41; from three rounds both held 23 of 26. A confirmation whose own
-# rounds spread further widens its interval by their own degrees of freedom. Two rounds then confirm a gain of 1.22x
-# or more (the CI's low end above 1), three 1.17x, so a confirmation keeps back CONFIRM_MIN_ROUNDS of any kind and
-# runs more while its CI is wide and the budget allows; from stats.WALSH_MIN_ROUNDS rounds their own interval decides
-# alone. Step-by-step lockstep rounds pool it too, with the run's other repeated lockstep comparisons
-# (`_pooled_spread`): each round is still a pair of fresh processes, and their few rounds can agree by chance or part
-# widely (a lstm_collate confirmation's 8 such rounds read 1.27x [1.26, 1.29] and its re-measure 1.43x; on a machine
-# loaded by a test suite, one tiny_batch_mlp confirmation's two rounds read 7.6x and 18.6x, and Student's t with one
-# degree of freedom stated [0.04, 3554.61]).
-ROUND_SPREAD = 0.11
-ROUND_SPREAD_DF = 4
 # Then each of the two once more alone, so that its printed figure rests on separate runs of the kind training sees
 # (a lockstep partner's turns leave the caches cold) and its interval on the drift between them.
 CONFIRM_ALONE = 1

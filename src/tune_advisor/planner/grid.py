@@ -53,13 +53,23 @@ class GridPlanner(Planner):
                                            if not not_applicable(ctx, g))
                 break
             s.run(settings, "grid")
-        # Settings whose numeric knobs changed the loss, or whose compile time the stated run does not repay, are
-        # not candidates, however fast (notes say which).
-        eligible = [p for p in s.ledger.probes if p.ok and not self.changes_loss(p) and not self.compile_unpaid(p)]
+        # Settings whose numeric knobs changed the loss, whose compile time the stated run does not repay, or whose
+        # compile mode compiled no graph, are not candidates, however fast (notes and decisions say which).
+        eligible = [p for p in s.ledger.probes if p.ok and not self.changes_loss(p) and not self.compile_unpaid(p)
+                    and not self._eager(p)]
         winner = max(eligible or [base], key=lambda p: p.throughput_median)
         self.decisions.append(f"fastest: {knobs.describe(winner.settings, ctx.baseline)} "
                               f"({compare.describe_gain(s.ledger, base, winner)})")
         return winner
+
+    def _eager(self, result: ProbeResult) -> bool:
+        """Whether `result` ran eagerly under a compile mode (`ran_eagerly`); the first such probe of each mode
+        is named in the decisions."""
+        why = self.ran_eagerly(result)
+        if why is not None and not any(d.startswith(f"compile={result.settings['compile']}: not a candidate")
+                                       for d in self.decisions):
+            self.decisions.append(f"compile={result.settings['compile']}: not a candidate: {why} ({result.id})")
+        return why is not None
 
     def fan_out(self, grid: list[dict[str, Any]]) -> None:
         """Every applicable combination at once, as many as the budget allows with `backend.width` side by side."""

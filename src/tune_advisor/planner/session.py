@@ -63,12 +63,18 @@ class Session:
         loader change, a backend that cannot pair, or too little memory for both). One pair replaces a screen followed
         by a duel: separate screens run in moments of the machine up to 2x apart (one tiny_batch_mlp screen of
         batch 128 read 0.50x of 64, ending its ladder; one lstm_collate screen of batch 32 read 1,089
-        sequences/s where its duels read 650-750, and 64 looked 0.80x of it)."""
+        sequences/s where its duels read 650-750, and 64 looked 0.80x of it). A screen alone too where the budget
+        holds one probe but not a pair (its two sides take turns: two probes' time): a 1-minute augment_cpu run
+        started a pair with 6 s left for exploring, and the budget stopped both sides."""
         seen = self.ledger.seen(settings)
         if seen is not None:
             return seen
         if not self._can_pair(against, settings):
             return self._in_turn(against, settings, self.run(settings, role))
+        if not self.budget.affordable(2):
+            result = self.run(settings, role)
+            result.extra["in_turn"] = "measured alone: the budget left the time of one probe, not of a lockstep pair"
+            return result
         _, result = self.duel(against, settings, (DUEL_ROLE, role))
         if result.status is Status.OOM or (result.status is Status.STOPPED and not result.extra.get("budget_stopped")):
             # the pair held two probes' memory: out of memory beside its reference is not out of memory alone; and
