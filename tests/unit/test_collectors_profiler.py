@@ -223,6 +223,19 @@ def test_the_baseline_window_is_a_tenth_of_a_short_budget_and_the_protocols_cap_
     assert probe_limits("baseline", 57.0).protocol(protocol).max_time_s == pytest.approx(BASELINE_SHARE * 57.0)
     # AND a 10-minute one: the protocol's own cap
     assert probe_limits("baseline", 597.0).protocol(protocol).max_time_s == protocol.max_time_s
-    # AND never below a screening probe's window; other roles unchanged
+    # AND never below a screening probe's window; the runs alone keep the protocol's own
     assert probe_limits("baseline", 12.0).protocol(protocol).max_time_s == SCREEN_MAX_S
-    assert probe_limits("confirm:baseline", 57.0).protocol(protocol).max_time_s == protocol.max_time_s
+    assert probe_limits("confirm:alone:baseline", 57.0).protocol(protocol).max_time_s == protocol.max_time_s
+
+
+def test_a_confirmation_rounds_sides_measure_a_duels_window_in_lockstep_too():
+    from tune_advisor.planner.budget import probe_limits
+    from tune_advisor.planner.confirm import CONFIRM_TURN_WINDOW_S, ROUND_ROLES
+    from tune_advisor.probe.spec import Protocol
+
+    # GIVEN the default protocol (15 s cap) and a minute's confirmation with 26 s left (a 1-minute
+    # varlen_transformer run's first round, in timed turns, measured 13 s a side there and ran out of budget)
+    protocol = Protocol()
+    # THEN each side of a round measures at most CONFIRM_TURN_WINDOW_S, however it is paired
+    for role in ROUND_ROLES:
+        assert probe_limits(role, 26.0).protocol(protocol).max_time_s == CONFIRM_TURN_WINDOW_S

@@ -1221,13 +1221,17 @@ def test_exploring_probes_screen_and_no_probe_measures_past_the_budget():
     from tune_advisor.probe.spec import Protocol
 
     full = Protocol(min_time_s=1.0, max_time_s=15.0)
-    # exploring probes measure at most SCREEN_MAX_S, duels DUEL_MAX_S; the baseline and the confirmation keep the cap
+    # exploring probes measure at most SCREEN_MAX_S, duels and confirmation rounds DUEL_MAX_S; the baseline and the
+    # confirmation's runs alone keep the cap
     assert protocol_for("ladder:batch_size", full, None).max_time_s == SCREEN_MAX_S
     assert protocol_for("knob:amp", full, None).max_time_s == SCREEN_MAX_S
     assert protocol_for("recheck", full, None).max_time_s == DUEL_MAX_S
-    assert protocol_for("baseline", full, None) is full and protocol_for("confirm:recommended", full, None) is full
-    # with 10 s of budget left, half of it; never under the minimum measuring time
-    assert protocol_for("confirm:baseline", full, 10.0).max_time_s == 5.0
+    assert protocol_for("confirm:recommended", full, None).max_time_s == DUEL_MAX_S
+    assert protocol_for("baseline", full, None) is full
+    assert protocol_for("confirm:alone:recommended", full, None) is full
+    # with 6 s of budget left, half of it; never under the minimum measuring time
+    assert protocol_for("confirm:alone:baseline", full, 10.0).max_time_s == 5.0
+    assert protocol_for("confirm:baseline", full, 6.0).max_time_s == 3.0
     assert protocol_for("confirm:baseline", full, 1.0).max_time_s == 1.0
 
 

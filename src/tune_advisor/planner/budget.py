@@ -24,7 +24,7 @@ from ..probe.spec import Protocol
 from . import ablation, pairing
 from .compare import DUEL_MAX_S
 from .ratios import plain_wall
-from .confirm import CONFIRM_GRACE, CONFIRM_RESERVE, reserve_s, rounds_to_tell
+from .confirm import CONFIRM_GRACE, CONFIRM_RESERVE, CONFIRM_TURN_WINDOW_S, ROUND_ROLES, reserve_s, rounds_to_tell
 from .keep import DUEL_ROLE
 from .ledger import ProbeLedger
 
@@ -71,11 +71,16 @@ def planning_limit(budget_s: float | None) -> float | None:
 
 def role_cap(role: str) -> float | None:
     """The most a probe of `role` measures whatever its protocol says: screening probes SCREEN_MAX_S, a duel's
-    sides DUEL_MAX_S; None: the protocol's own."""
+    sides DUEL_MAX_S, a confirmation round's sides CONFIRM_TURN_WINDOW_S, in lockstep too (the runs alone: the
+    protocol's own); None: the protocol's own. A 1-minute varlen_transformer run's first confirmation round, in
+    timed turns, measured 26 turns a side (13 s) where its steps stayed noisy, and the budget stopped it at 25.7 s:
+    no round finished, and the baseline stayed; its reserve had reckoned a round from the probes' 3 s walls."""
     if role.startswith(SCREENING_ROLES):
         return SCREEN_MAX_S
     if role == DUEL_ROLE or role.startswith(ablation.ROLE):
         return DUEL_MAX_S
+    if role in ROUND_ROLES:
+        return CONFIRM_TURN_WINDOW_S
     return None
 
 

@@ -55,6 +55,7 @@ CONFIRM_TURN_S = 0.5
 # capped at 8 s 0.140 in 7.0 s: the same spread per second spent. So a side measures at most CONFIRM_TURN_WINDOW_S
 # in a round in turn (a duel's cap).
 CONFIRM_TURN_WINDOW_S = DUEL_MAX_S
+ROUND_ROLES = ("confirm:baseline", "confirm:recommended")  # a round's two sides (the runs alone: "confirm:alone:...")
 # Then each of the two once more alone, so that its printed figure rests on separate runs of the kind training sees
 # (a lockstep partner's turns leave the caches cold) and its interval on the drift between them.
 CONFIRM_ALONE = 1
@@ -183,7 +184,7 @@ def _rounds(session, base: ProbeResult, winner: ProbeResult
         if i >= CONFIRM_ROUNDS and _precise(session, rounds, base, winner, timed) and (
                 _spanned(session, started) or not _affords_round(session, base, winner, turn, grace=False)):
             break
-        a, b = session.duel(base, winner, ("confirm:baseline", "confirm:recommended"), first=i % 2,
+        a, b = session.duel(base, winner, ROUND_ROLES, first=i % 2,
                             window_s=CONFIRM_TURN_WINDOW_S, turn_s=CONFIRM_TURN_S if timed else None,
                             fresh=CONFIRM_FRESH_PARENTS and _affords_round(session, base, winner, turn, fresh=True),
                             in_turn=turn)
