@@ -647,10 +647,10 @@ class AdaptivePlanner(Planner):
     def _rung_probes(name: str) -> int:
         """The probes' time a rung of ladder `name` is reckoned at, doubled (`_strided`: walking every rung may take
         half of what is left): its screen and a duel beside the best, a lockstep pair's two side by side (one
-        probe's time), a loader rung's in turn (`keep.together`), MIN_DUELS_UNDECIDED rounds of two. A 1-minute
+        probe's time), a loader-worker rung's in turn (`keep.together`), MIN_DUELS_UNDECIDED rounds of two. A 1-minute
         hf_trainer run, reckoned at a lockstep rung's four, walked 1, 2 and 4 loader workers, three probes each
         with walls 2-3x its baseline's: 30 s of its minute, and amp was cut short by the budget."""
-        duel = 2 * MIN_DUELS_UNDECIDED if name in ("num_workers", *knobs.LOADER_KNOBS) else 1
+        duel = 2 * MIN_DUELS_UNDECIDED if name == "num_workers" else 1
         return 2 * (1 + duel)
 
     def _between(self, name: str, best: ProbeResult, ups: list, rungs: list) -> ProbeResult:
