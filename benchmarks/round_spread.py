@@ -1,4 +1,4 @@
-"""How far do a confirmation's rounds spread, one from the next? (the prior behind planner/compare.py's ROUND_SPREAD)
+"""How far do a confirmation's rounds spread, one from the next? (the prior behind analysis/stats.py's ROUND_SPREAD)
 
 Reads every results.json under the folders given (budget-curve and search-quality runs: any analyze output), keeps
 one copy of each (identical files once), and for each confirmation of two or more finished rounds takes the log of
@@ -31,7 +31,7 @@ import numpy as np
 
 from tune_advisor import environment
 from tune_advisor.analysis import stats
-from tune_advisor.planner.compare import ROUND_SPREAD_DF
+from tune_advisor.analysis.stats import ROUND_SPREAD_DF
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = {p.stem for p in (ROOT / "fixtures").glob("*.py")}

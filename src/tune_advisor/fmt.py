@@ -44,6 +44,8 @@ def fmt_ci(throughput: Mapping[str, Any] | None, with_unit: bool = True) -> str:
     if _missing(t.get("median")):
         return DASH
     unit = str(t.get("unit") or "") if with_unit else ""
+    if _missing(t.get("ci_low")) or _missing(t.get("ci_high")):  # a window too short to resample has no interval
+        return f"{fmt_rate(t['median'])} {unit}".strip()
     return f"{fmt_rate(t['median'])} [{fmt_rate(t.get('ci_low'))}, {fmt_rate(t.get('ci_high'))}] {unit}".strip()
 
 

@@ -59,3 +59,11 @@ def test_rates_in_reports_keep_a_decimal_from_10_and_findings_use_significant_di
 def test_sizes_in_reports_have_two_decimals_and_findings_one():
     assert fmt.fmt_bytes(539734016) == "514.73 MiB" and fmt.fmt_bytes(539734016, digits=1) == "514.7 MiB"
     assert fmt.fmt_bytes(512) == "512 B" and fmt.fmt_bytes(0) == fmt.fmt_bytes(None) == "-"
+
+
+def test_a_throughput_without_an_interval_is_shown_without_brackets():
+    # a window too short for its loader's waves to resample has no interval (analysis.stats.resamples)
+    shown = {"median": 5505.2, "ci_low": 5400.0, "ci_high": 5600.0, "unit": "samples/s"}
+    assert fmt.fmt_ci(shown) == "5,505 [5,400, 5,600] samples/s"
+    assert fmt.fmt_ci({**shown, "ci_low": float("nan"), "ci_high": float("nan")}) == "5,505 samples/s"
+    assert fmt.fmt_ci({**shown, "ci_low": None}) == "5,505 samples/s"

@@ -850,6 +850,32 @@ def test_a_later_win_of_the_same_settings_adds_a_link_and_keeps_the_chain():
     assert compare.chained_gain(ledger, probe(6, batch_size=8), b256) is None
 
 
+def test_a_lockstep_pair_too_short_for_its_loaders_waves_is_one_measurement_at_the_rounds_spread():
+    # GIVEN a 2-minute io_bound run's batch rung: 128 over 32 beside 32 loader workers, in a lockstep pair of 9 turns
+    # (a wave of 32 batches is longer than the pair: it kept batch 128 at 2.47x [2.47, 2.47])
+    from tune_advisor.analysis import stats
+    from tune_advisor.planner import compare
+    from tune_advisor.planner.ledger import ProbeLedger
+
+    def side(pid, batch, steps):
+        settings = knobs.full_settings({"batch_size": batch, "num_workers": 32, "persistent_workers": True})
+        return ProbeResult(pid, settings, Status.OK, raw={"step_s": steps, "items": [batch] * len(steps)},
+                           extra={"lockstep": {"partner": "other", "turns": [1] * len(steps)}})
+
+    small = side("p016", 32, [0.17, 0.035, 0.012, 0.002, 0.002, 0.55, 0.002, 0.002, 0.002])
+    large = side("p017", 128, [0.56, 0.001, 0.002, 0.001, 0.001, 0.001, 0.001, 0.001, 0.55])
+    ledger = ProbeLedger()
+    ledger.note_duel(small.settings, large.settings, (small, large))
+    median, low, high = compare.gain(ledger, small, large)
+    # THEN the pair is one measurement of the ratio, with one round's interval at the rounds' spread: not a point
+    assert (median, low, high) == pytest.approx(stats.rounds_with_prior([median]))
+    assert low < median / 1.3 and high > median * 1.3
+    # AND a second such pair is a second round: their own spread pooled with the rounds'
+    again = side("p018", 128, large.step_s), side("p019", 32, small.step_s)
+    ledger.note_duel(small.settings, large.settings, (again[1], again[0]))
+    assert compare.gain(ledger, small, large) == pytest.approx(stats.rounds_with_prior([median, median]))
+
+
 def test_a_gain_made_by_a_fast_moment_of_the_machine_is_rejected_by_a_lockstep_duel():
     # GIVEN bf16 no faster at all, but its probe on its own ran in a fast moment of the machine (1.3x), and a
     # backend that cannot pair its probe with the baseline's from the start (too little memory for two)
@@ -1246,7 +1272,7 @@ def test_a_gain_still_inconclusive_after_a_duel_earns_more_up_to_three_and_to_si
         rechecks = [p for p in outcome.probes if p.role == "recheck"][:None if duels is None else 2 * duels]
         pairs = [(a, b) if a.settings["amp"] == "off" else (b, a) for a, b in zip(rechecks[::2], rechecks[1::2])]
         ratios = [window_rate(b) / window_rate(a) for a, b in pairs]
-        spread = stats.pooled_log_sd([ratios], (compare.ROUND_SPREAD, compare.ROUND_SPREAD_DF))
+        spread = stats.pooled_log_sd([ratios], (stats.ROUND_SPREAD, stats.ROUND_SPREAD_DF))
         return rechecks, stats.rounds_ratio_interval(ratios, spread=spread)
 
     # GIVEN bf16 truly 15% faster, steps jittering ±60%, and no lockstep (the duels run in turn)
@@ -2080,7 +2106,8 @@ def test_a_confirmation_in_timed_turns_rests_its_interval_on_its_own_rounds_not_
 @pytest.mark.parametrize("lockstep", [True, False], ids=["timed-turns", "in-turn"])
 def test_two_rounds_of_fresh_processes_confirm_a_large_gain_on_the_spread_such_rounds_have(lockstep):
     from tune_advisor.analysis import stats
-    from tune_advisor.planner.confirm import ROUND_SPREAD, ROUND_SPREAD_DF, confirm
+    from tune_advisor.analysis.stats import ROUND_SPREAD, ROUND_SPREAD_DF
+    from tune_advisor.planner.confirm import confirm
 
     # GIVEN a 1-minute cnn run's confirmation: bf16 + channels_last at batch 64 (steps far apart: timed turns; or
     # in turn), its two rounds reading 1.96x and 1.77x, and no time for a third

@@ -34,6 +34,28 @@ def test_ratio_ci_sees_a_twofold_speedup_and_no_change():
     assert low < 1 < high
 
 
+def test_a_window_too_short_for_its_loaders_waves_has_no_interval_from_its_steps():
+    # GIVEN a 2-minute io_bound run's lockstep pair: 32 loader workers a side, so a wave of 32 batches (one step
+    # waits half a second, the next ones find theirs ready), and only 9 turns (it read 2.47x [2.47, 2.47]: every
+    # circular block resample of 9 steps was the 9 steps themselves)
+    a_steps = [0.17, 0.035, 0.012, 0.002, 0.002, 0.55, 0.002, 0.002, 0.002]
+    b_steps = [0.56, 0.001, 0.002, 0.001, 0.001, 0.001, 0.001, 0.001, 0.55]
+    a_items, b_items = [32] * 9, [128] * 9
+    median, low, high = stats.ratio_ci(a_items, a_steps, b_items, b_steps, waves=(32, 32), paired=True)
+    # THEN the ratio is the two windows' and it has no interval of its own (the caller's comes from elsewhere)
+    assert median == pytest.approx((128 * 9 / sum(b_steps)) / (32 * 9 / sum(a_steps)))
+    assert math.isnan(low) and math.isnan(high)
+    assert not stats.resamples(9, 32) and math.isnan(stats.throughput_ci(a_items, a_steps, wave=32)[1])
+    # AND the same steps from a loader without workers resample, and their interval has a width
+    median, low, high = stats.ratio_ci(a_items, a_steps, b_items, b_steps)
+    assert low < median < high
+    # AND one such measurement gets the interval of one round at the rounds' spread
+    centre, low, high = stats.rounds_with_prior([1.41])
+    half = stats.t95(stats.ROUND_SPREAD_DF) * stats.ROUND_SPREAD
+    assert centre == pytest.approx(1.41) and (low, high) == pytest.approx((1.41 * math.exp(-half),
+                                                                           1.41 * math.exp(half)))
+
+
 def test_wave_noise_ignores_the_bimodal_pattern_of_loader_waves():
     # GIVEN 4 workers: each wave is one slow step (waiting for data) and three fast ones
     steps = [0.040, 0.001, 0.001, 0.001] * 10

@@ -12,6 +12,30 @@ import numpy as np
 NOISE_BAR = 0.1
 BOOTSTRAP_RESAMPLES = 2000
 
+# How far rounds of fresh processes spread, one round from the next, where they share no moments (in turn) or only
+# half-second turns (timed turns): what separates them is each process's level, a property of the machine more than of
+# the settings. A few rounds cannot estimate it: two rounds leave one degree of freedom (t = 12.7), and a 1-minute cnn
+# run confirmed bf16 + channels_last at 1.96x and 1.77x in two rounds in timed turns, 1.87x [0.97, 3.59], and kept the
+# baseline. So their own spread is pooled with this one (`pooled_log_sd`'s prior), in a confirmation
+# (planner/confirm.py), in duels in turn (planner/compare.gain) and wherever one measurement's steps are too few to
+# resample (`rounds_with_prior`): the spread of the rounds of 133 confirmations of the shipped
+# fixtures, pooled (each its own mean removed; 330 degrees of freedom: 0.098; AMD EPYC 0.104, Intel Xeon 0.088),
+# rounded up, counted as ROUND_SPREAD_DF degrees of freedom (benchmarks/round_spread.py;
+# benchmarks/results/round_spread.md). It was 0.15, the largest any benchmark had measured (augment_cpu's rounds in
+# turn, hf_trainer's re-measures): from two rounds its interval held the mean of the later rounds in 39 of 41
+# confirmations, more than a calibrated 95% CI holds a later mean (83-89% for two to four later rounds at one spread),
+# and 0.11 held 35 of 41; from three rounds both held 23 of 26. A confirmation whose own rounds spread further widens
+# its interval by their own degrees of freedom. Two rounds then confirm a gain of 1.22x or more (the CI's low end
+# above 1), three 1.17x, so a confirmation keeps back CONFIRM_MIN_ROUNDS of any kind and runs more while its CI is
+# wide and the budget allows; from WALSH_MIN_ROUNDS rounds their own interval decides alone. Step-by-step
+# lockstep rounds pool it too, with the run's other repeated lockstep comparisons (planner/confirm.py's `_pooled_spread`): each round is
+# still a pair of fresh processes, and their few rounds can agree by chance or part widely (a lstm_collate
+# confirmation's 8 such rounds read 1.27x [1.26, 1.29] and its re-measure 1.43x; on a machine loaded by a test suite,
+# one tiny_batch_mlp confirmation's two rounds read 7.6x and 18.6x, and Student's t with one degree of freedom stated
+# [0.04, 3554.61]).
+ROUND_SPREAD = 0.11
+ROUND_SPREAD_DF = 4
+
 
 def median(values: Sequence[float]) -> float:
     return float(np.median(values)) if len(values) else float("nan")
@@ -55,6 +79,18 @@ def wave_noise(step_times: Sequence[float], wave: int) -> float:
     return relative_iqr(wave_sums(step_times, wave))
 
 
+def _block_length(n: int, wave: int = 1) -> int:
+    """The bootstrap's block of consecutive steps for a series of `n`: ~sqrt(n), and at least two loader waves."""
+    return max(1, int(round(np.sqrt(n))), 2 * max(1, wave))
+
+
+def resamples(n: int, wave: int = 1) -> bool:
+    """Whether a series of `n` steps holds two whole bootstrap blocks: fewer, and every resample is the series
+    itself (blocks are circular), so its interval would have no width at all. A 2-minute io_bound run kept batch
+    128 beside 32 loader workers at 2.47x [2.47, 2.47] from a lockstep pair of 9 turns, its loader's wave 32."""
+    return n >= 2 * _block_length(n, wave)
+
+
 def _block_resample_sums(items: np.ndarray, times: np.ndarray, rng: np.random.Generator, n_boot: int,
                          wave: int = 1):
     """Moving-block bootstrap sums of items and times.
@@ -64,7 +100,7 @@ def _block_resample_sums(items: np.ndarray, times: np.ndarray, rng: np.random.Ge
     structure inside each block; shorter blocks would mix waves and make the interval too wide or too narrow.
     """
     n = len(times)
-    block = min(n, max(1, int(round(np.sqrt(n))), 2 * max(1, wave)))
+    block = min(n, _block_length(n, wave))
     n_blocks = -(-n // block)
     starts = rng.integers(0, n, size=(n_boot, n_blocks))
     index = (starts[:, :, None] + np.arange(block)) % n  # circular blocks
@@ -86,10 +122,13 @@ def throughput_distribution(items: Sequence[float], times: Sequence[float], seed
 
 def throughput_ci(items: Sequence[float], times: Sequence[float], seed: int = 0, level: float = 0.95,
                   wave: int = 1):
-    """(median, ci_low, ci_high) of the window throughput in items/s; NaNs when there are no samples."""
+    """(median, ci_low, ci_high) of the window throughput in items/s; NaNs when there are no samples; the window's
+    throughput with NaN bounds where its steps are too few to resample (`resamples`)."""
     dist = throughput_distribution(items, times, seed, wave=wave)
     if dist.size == 0:
         return float("nan"), float("nan"), float("nan")
+    if not resamples(len(times), wave):
+        return float(np.sum(items) / np.sum(times)), float("nan"), float("nan")
     tail = (1 - level) / 2 * 100
     low, mid, high = np.percentile(dist, [tail, 50, 100 - tail])
     return float(mid), float(low), float(high)
@@ -99,7 +138,9 @@ def ratio_ci(a_items: Sequence[float], a_times: Sequence[float], b_items: Sequen
              b_times: Sequence[float], seed: int = 0, level: float = 0.95, waves: tuple[int, int] = (1, 1),
              paired: bool = False):
     """(median, ci_low, ci_high) of throughput(B) / throughput(A), resampling both runs independently; `paired`
-    (runs of as many steps taken side by side, as in lockstep): the same blocks of steps on both sides."""
+    (runs of as many steps taken side by side, as in lockstep): the same blocks of steps on both sides. The ratio
+    of the two windows with NaN bounds where either side's steps are too few to resample (`resamples`): its
+    interval must come from elsewhere (`rounds_with_prior`)."""
     if paired:
         wave = max(waves)
         a = throughput_distribution(a_items, a_times, seed, wave=wave)
@@ -109,6 +150,10 @@ def ratio_ci(a_items: Sequence[float], a_times: Sequence[float], b_items: Sequen
         b = throughput_distribution(b_items, b_times, seed + 1, wave=waves[1])
     if a.size == 0 or b.size == 0:
         return float("nan"), float("nan"), float("nan")
+    sides = (len(a_times), len(b_times))
+    if not all(resamples(n, wave) for n, wave in zip(sides, (max(waves),) * 2 if paired else waves)):
+        return float((np.sum(b_items) / np.sum(b_times)) / (np.sum(a_items) / np.sum(a_times))), float("nan"), \
+            float("nan")
     ratio = b / a
     tail = (1 - level) / 2 * 100
     low, mid, high = np.percentile(ratio, [tail, 50, 100 - tail])
@@ -318,7 +363,10 @@ def rounds_ratio_interval(ratios: Sequence[float], within: tuple[float, float] |
     disturbed one among them). `within` (low, high): the CI from the rounds' steps, a floor: a round-to-round
     spread that happens to be small cannot make the interval narrower than the steps allow (one pooled over every
     round's steps swells with a disturbed round as Student's t does: take it over the rounds that `stray_rounds`
-    leaves). With one round and no pooled spread, `within` is the interval; NaNs without either."""
+    leaves; NaN where the steps were too few to resample, `resamples`: no floor). With one round and no pooled
+    spread, `within` is the interval; NaNs without either."""
+    if within is not None and not np.all(np.isfinite(within)):
+        within = None
     logs = np.log(np.asarray([r for r in ratios if r > 0], dtype=float))
     n = logs.size
     if n == 0:
@@ -339,3 +387,10 @@ def rounds_ratio_interval(ratios: Sequence[float], within: tuple[float, float] |
     if within is not None:
         low, high = min(low, within[0]), max(high, within[1])
     return centre, min(low, centre), max(high, centre)
+
+
+def rounds_with_prior(ratios: Sequence[float]) -> tuple[float, float, float]:
+    """`rounds_ratio_interval` of `ratios`, each one measurement of the ratio (a round, a pair, two probes), their
+    own spread pooled with ROUND_SPREAD's: so one measurement has an interval, and a few do not rest on their own
+    one or two degrees of freedom alone."""
+    return rounds_ratio_interval(ratios, spread=pooled_log_sd([ratios], (ROUND_SPREAD, ROUND_SPREAD_DF)))

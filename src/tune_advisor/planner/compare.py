@@ -18,28 +18,6 @@ from ..probe.result import ProbeResult
 from .keep import MIN_GAIN
 from .ratios import pair_ratio, settings_key, window_rate
 
-# How far rounds of fresh processes spread, one round from the next, where they share no moments (in turn) or only
-# half-second turns (timed turns): what separates them is each process's level, a property of the machine more than of
-# the settings. A few rounds cannot estimate it: two rounds leave one degree of freedom (t = 12.7), and a 1-minute cnn
-# run confirmed bf16 + channels_last at 1.96x and 1.77x in two rounds in timed turns, 1.87x [0.97, 3.59], and kept the
-# baseline. So their own spread is pooled with this one (stats.pooled_log_sd's prior), in a confirmation
-# (planner/confirm.py) and in duels in turn (`gain`): the spread of the rounds of 133 confirmations of the shipped
-# fixtures, pooled (each its own mean removed; 330 degrees of freedom: 0.098; AMD EPYC 0.104, Intel Xeon 0.088),
-# rounded up, counted as ROUND_SPREAD_DF degrees of freedom (benchmarks/round_spread.py;
-# benchmarks/results/round_spread.md). It was 0.15, the largest any benchmark had measured (augment_cpu's rounds in
-# turn, hf_trainer's re-measures): from two rounds its interval held the mean of the later rounds in 39 of 41
-# confirmations, more than a calibrated 95% CI holds a later mean (83-89% for two to four later rounds at one spread),
-# and 0.11 held 35 of 41; from three rounds both held 23 of 26. A confirmation whose own rounds spread further widens
-# its interval by their own degrees of freedom. Two rounds then confirm a gain of 1.22x or more (the CI's low end
-# above 1), three 1.17x, so a confirmation keeps back CONFIRM_MIN_ROUNDS of any kind and runs more while its CI is
-# wide and the budget allows; from stats.WALSH_MIN_ROUNDS rounds their own interval decides alone. Step-by-step
-# lockstep rounds pool it too, with the run's other repeated lockstep comparisons (`_pooled_spread`): each round is
-# still a pair of fresh processes, and their few rounds can agree by chance or part widely (a lstm_collate
-# confirmation's 8 such rounds read 1.27x [1.26, 1.29] and its re-measure 1.43x; on a machine loaded by a test suite,
-# one tiny_batch_mlp confirmation's two rounds read 7.6x and 18.6x, and Student's t with one degree of freedom stated
-# [0.04, 3554.61]).
-ROUND_SPREAD = 0.11
-ROUND_SPREAD_DF = 4
 
 Gain = tuple[float, float, float]  # (median, ci_low, ci_high) of a throughput ratio
 
@@ -88,30 +66,38 @@ MIN_DUELS_UNDECIDED = 2
 def gain(ledger, reference: ProbeResult, candidate: ProbeResult) -> Gain:
     """Throughput ratio candidate/reference: (median, ci_low, ci_high); NaNs when either failed. From their
     lockstep duels when they had one (each step beside its partner); else from MIN_ROUNDS_IN_TURN or more
-    duels in turn, over the rounds' ratios, their spread pooled with ROUND_SPREAD (as a confirmation in turn is
+    duels in turn, over the rounds' ratios, their spread pooled with stats.ROUND_SPREAD (as a confirmation in turn is
     judged); else, with MIN_RUNS runs or
     more of each, over the runs (each run's throughput one sample); else over their pooled steps."""
     if not (reference.ok and candidate.ok):
         return float("nan"), float("nan"), float("nan")
     duels = lockstep(ledger, reference, candidate)
     if duels:
-        return pair_ratio(duels, waves=(reference.wave, candidate.wave))
+        found = pair_ratio(duels, waves=(reference.wave, candidate.wave))
+        # too few turns for their loader's waves to resample (stats.resamples): each pair is one measurement
+        return found if found[1] == found[1] else _as_rounds(duels)
     rounds = in_turn(ledger, reference, candidate)
     if len(rounds) >= MIN_ROUNDS_IN_TURN:
         # their spread pooled with ROUND_SPREAD, as a confirmation's rounds in turn: alone, two duels left one degree
         # of freedom (t = 12.7), and a 1-minute io_bound run read 32 loader workers 1.29x and 1.39x of 8 in two and
         # kept 8 (its reference, 32 with persistent workers, 26x the baseline to 8's 8x)
-        ratios = [window_rate(b) / window_rate(a) for a, b in rounds]
-        spread = stats.pooled_log_sd([ratios], (ROUND_SPREAD, ROUND_SPREAD_DF))
-        return stats.rounds_ratio_interval(ratios, spread=spread)
+        return _as_rounds(rounds)
     paired = common_kind(ledger, reference.settings, candidate.settings)
     if paired is None:
         return float("nan"), float("nan"), float("nan")
     runs = [[window_rate(p) for p in ledger.runs(side.settings, paired)] for side in (reference, candidate)]
     if min(map(len, runs)) >= MIN_RUNS:  # enough separate runs to see how reproducible each side is
         return stats.runs_ratio_ci(*runs)
-    return stats.ratio_ci(*ledger.samples(reference.settings, paired), *ledger.samples(candidate.settings, paired),
-                          seed=0, waves=(reference.wave, candidate.wave))
+    found = stats.ratio_ci(*ledger.samples(reference.settings, paired), *ledger.samples(candidate.settings, paired),
+                           seed=0, waves=(reference.wave, candidate.wave))
+    return found if found[1] == found[1] else stats.rounds_with_prior([found[0]])
+
+
+def _as_rounds(pairs: list[tuple[ProbeResult, ProbeResult]]) -> Gain:
+    """The gain over (reference, candidate) pairs taken as rounds, one ratio of windows each
+    (`stats.rounds_with_prior`)."""
+    return stats.rounds_with_prior([window_rate(b) / window_rate(a) for a, b in pairs
+                                    if a.ok and b.ok and a.measured and b.measured])
 
 
 def clears(gain: Gain) -> bool:

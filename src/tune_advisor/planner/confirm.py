@@ -10,9 +10,10 @@ import numpy as np
 
 from .. import knobs
 from ..analysis import stats
+from ..analysis.stats import ROUND_SPREAD, ROUND_SPREAD_DF
 from ..probe.result import ProbeResult, Status
 from . import figures
-from .compare import DUEL_MAX_S, ROUND_SPREAD, ROUND_SPREAD_DF, lockstep_drift, promising
+from .compare import DUEL_MAX_S, lockstep_drift, promising
 from .ratios import pair_ratio, plain_wall, window_rate
 from .keep import MIN_GAIN
 

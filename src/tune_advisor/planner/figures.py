@@ -154,7 +154,9 @@ def figure(probes: list[ProbeResult], settings: dict[str, Any], unit: str = "sam
     drifts, own_spread = spread(probes, settings)
     if drifts[1] == 0:
         median, low, high = own[0].throughput()
-        interval = f"95% CI within one measured window ({own[0].id}, {kind}): a re-run may fall outside it"
+        interval = (f"95% CI within one measured window ({own[0].id}, {kind}): a re-run may fall outside it"
+                    if low == low else f"one measured window ({own[0].id}, {kind}), too few steps for its loader's "
+                    "waves to give an interval")
     else:
         median, low, high = stats.prediction_interval([window_rate(p) for p in own], drifts, between)
         interval = (f"95% prediction interval of one more run, from {_plural(len(own), 'run')} ({kind}), "

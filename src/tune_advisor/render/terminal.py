@@ -26,7 +26,7 @@ def fmt_throughput(result: ProbeResult) -> str:
     if not result.ok or not result.step_s:
         return "-"
     median, low, high = result.throughput()
-    return f"{fmt_rate(median)} [{fmt_rate(low)}, {fmt_rate(high)}] {result.unit}"
+    return fmt_ci({"median": median, "ci_low": low, "ci_high": high, "unit": result.unit})
 
 
 def probe_line(result: ProbeResult, baseline: dict[str, Any] | None) -> str:

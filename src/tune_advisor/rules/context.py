@@ -254,8 +254,12 @@ class Context:
                                     basis=f"measured: the confirmation, {confirmed.get('method', '')}")
         if key not in self._gains:
             median, low, high = stats.ratio_ci(a.items, a.step_s, b.items, b.step_s, waves=(a.wave, b.wave))
+            how = "95% bootstrap CI"
+            if low != low and median == median:  # too few steps to resample: one measurement of the ratio
+                median, low, high = stats.rounds_with_prior([median])
+                how = f"95% CI of one measurement at the rounds' log spread {stats.ROUND_SPREAD:g}"
             self._gains[key] = Gain(num(median), num(low), num(high), measured=True, probes=a.ids + b.ids,
-                                    basis=f"measured: {_ids(a)} -> {_ids(b)}, ratio of throughputs, 95% bootstrap CI")
+                                    basis=f"measured: {_ids(a)} -> {_ids(b)}, ratio of throughputs, {how}")
         return self._gains[key]
 
     def ablation_gain(self, knob: str, value: Any) -> Gain | None:
