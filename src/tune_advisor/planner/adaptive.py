@@ -22,7 +22,7 @@ from ..fmt import fmt_bytes
 from ..probe.result import ProbeResult
 from .base import Outcome, PlanContext, Planner
 from . import compare, pairing
-from .compare import DUEL_FROM, LOADER_DUEL_FROM, MIN_DUELS_UNDECIDED
+from .compare import DUEL_FROM, LOADER_DUEL_FROM, MAX_DUELS, MAX_DUELS_AMPLE, MIN_DUELS_UNDECIDED
 from .ratios import settings_key
 from .keep import MIN_GAIN, without
 from .session import Session
@@ -442,6 +442,9 @@ class AdaptivePlanner(Planner):
             if wait < MIN_DATA_WAIT:
                 return Prospect(1.0, f"the step waits for data only {wait:.1%} of the time: more loader workers "
                                      f"cannot gain {MIN_GAIN:.0%}")
+            untold = self._untold_workers(current)
+            if untold:
+                return Prospect(1.0, untold)
             if self.visits[name] and not self._worker_ups(current):
                 return Prospect(1.0, "a re-opened loader ladder only climbs (a larger batch or faster compute asks "
                                      "more of the loader), and no larger worker count is left"
@@ -464,6 +467,23 @@ class AdaptivePlanner(Planner):
             return Prospect(1.0, f"the {workers} loader workers already load on every core the cores can feed "
                                  "(see num_workers): a deeper prefetch queue gives them no more CPU")
         return Prospect(1 / (1 - 0.5 * wait))
+
+    def _untold_workers(self, best: ProbeResult) -> str | None:
+        """Why more loader workers than `best`'s are not worth a rung, or None. They can only shorten its wait for
+        data, so they gain at most 1/(1 - its share of the step), and a loader rung is compared in turn
+        (`keep.together`) in at most MAX_DUELS duels (MAX_DUELS_AMPLE against the baseline): where even those
+        could not keep the most it can gain (`compare.least_told_in_turn`), its duels would only spend the budget.
+        A 1-minute hf_trainer run screened 4 workers and dueled them twice in turn against 2, both waiting 8% of
+        the step for data: 15 s of its 60, and batch 32 then had one screen."""
+        wait = best.data_wait_frac() or 0.0
+        ceiling = 1 / (1 - wait)
+        duels = MAX_DUELS_AMPLE if self.session.ledger.is_baseline(best) else MAX_DUELS
+        told = compare.least_told_in_turn(duels)
+        if ceiling >= told:
+            return None
+        return (f"the step waits for data {wait:.1%} of the time at num_workers={best.settings['num_workers']}: "
+                f"more workers could gain at most {ceiling:.2f}x, below the {told:.2f}x that {duels} duels in turn "
+                "can tell from the noise")
 
     def _dense_at(self, current: ProbeResult) -> tuple[float | None, str]:
         """The baseline profile's dense share of the compute, carried to `current`'s batch size (never below the
@@ -710,6 +730,11 @@ class AdaptivePlanner(Planner):
                 break
             if name == "num_workers" and (best.data_wait_frac() or 0.0) < MIN_DATA_WAIT:
                 break  # nothing left to wait for
+            untold = self._untold_workers(best) if name == "num_workers" and values[i + 1:] else None
+            if untold:
+                s.ledger.unexplored.extend(f"{name}={v}: {untold}" for v in values[i + 1:])
+                self.decisions.append(f"num_workers ladder stops: {untold}")
+                break
             previous, previous_gain = result, step_gain
         if name == "batch_size" and flat is not None and self._loading_need(flat) is None:
             # the ladder ended on a rung up that did not pay, and what its loading needs cannot be told

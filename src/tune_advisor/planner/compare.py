@@ -237,3 +237,12 @@ def promising(median: float, low: float) -> bool:
 def untold(low: float, high: float) -> bool:
     """Whether a gain's CI cannot yet tell a loss from a gain worth keeping: it reaches below 1 and past MIN_GAIN."""
     return low < 1.0 and high > 1 + MIN_GAIN
+
+
+def least_told_in_turn(rounds: int) -> float:
+    """The least gain that `rounds` duels in turn could keep (`clears`), their own spread at its least, nil:
+    Student's t over ROUND_SPREAD pooled with their degrees of freedom, as `gain` judges them. A gain that cannot
+    be larger is not worth their time."""
+    df = rounds - 1 + stats.ROUND_SPREAD_DF
+    sd = stats.ROUND_SPREAD * np.sqrt(stats.ROUND_SPREAD_DF / df)
+    return max(1 + MIN_GAIN, float(np.exp(stats.t95(df) * sd / np.sqrt(rounds))))
