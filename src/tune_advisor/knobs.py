@@ -198,6 +198,8 @@ class DeviceFacts:
     compile_unavailable: str | None = None  # why torch.compile cannot run here (no C++ compiler, no triton)
     world_size: int = 1  # processes of a DDP probe (--nproc-per-node x --nnodes)
     cpu_cores: int | None = None  # cores the run may use (environment.usable_cores): what a CPU-bound loader can use
+    # the device's measured matmul roof per dtype ("fp32", "bf16", ...; FLOP/s: collectors.flops), None unmeasured
+    matmul_peaks: Mapping[str, float] | None = None
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from tune_advisor.planner.grid import combinations
 from tune_advisor.probe.result import ProbeResult, Status
 
 from ..fakes import FakeBackend, FakeClock, fake_spec
-from .planning import BLOCKS, CPU, CPU_AMP_ONLY, CPU_NO_BF16, MLP, cnn_rate, run_plan
+from .planning import BLOCKS, CNN, CPU, CPU_AMP_ONLY, CPU_NO_BF16, MLP, cnn_rate, run_plan
 
 def tried(backend, name):
     return sorted({c[name] for c in backend.calls})
@@ -191,6 +191,36 @@ def test_more_loader_workers_are_not_dueled_where_the_wait_left_cannot_pay_what_
         f"gain at most 1.09x, below the {compare.least_told_in_turn(compare.MAX_DUELS):.2f}x that 3 duels in turn "
         "can tell from the noise"])
     assert ("num_workers=4" in " ".join(outcome.unexplored)) == (wait < 0.1)
+
+
+XEON_NO_AMX = {"fp32": 240e9, "bf16": 143e9}  # an Intel Xeon with avx512_bf16, no AMX: its measured matmul roofs
+SAPPHIRE_RAPIDS = {"fp32": 240e9, "bf16": 1900e9}  # AMX tiles
+
+
+@pytest.mark.parametrize("peaks, workload, tried", [
+    (XEON_NO_AMX, MLP, False), (SAPPHIRE_RAPIDS, MLP, True), (None, MLP, True), (XEON_NO_AMX, CNN, True)],
+    ids=["bf16-slower", "bf16-faster", "unmeasured", "convolutions"])
+def test_a_precision_knob_is_not_tried_where_the_devices_measured_roof_computes_it_no_faster(peaks, workload,
+                                                                                               tried):
+    # GIVEN a CPU that computes bf16 natively, whose calibration measured (or not) its matmul roofs, and a workload
+    # whose bf16 and matmul_precision=medium train 0.6x as fast (hf_transformer's minute on such a Xeon: two
+    # lockstep pairs, 17 s of its 60)
+    def rate(s):
+        return 1000.0 * (0.6 if s["amp"] == "bf16" or s["matmul_precision"] == "medium" else 1.0)
+
+    device = DeviceFacts("cpu", bf16_supported=True, compile_unavailable="not part of this test",
+                         matmul_peaks=peaks)
+    outcome, _ = run_plan(rate, workload=workload, device=device, explore=("amp", "matmul_precision"))
+    measured = {p.settings["amp"] for p in outcome.probes} | {p.settings["matmul_precision"] for p in outcome.probes}
+    # THEN where bf16 matmuls measured slower than float32's, neither is probed, and the plan says why; where they
+    # measured faster, or were not measured, or the model's convolutions run kernels the roof did not measure, both are
+    assert ("bf16" in measured and "medium" in measured) == tried
+    if not tried:
+        why = ("bf16 matmuls run at 0.60x the rate of fp32 ones on this device (its measured roofs: 143 and 240 "
+               "GFLOP/s), so it cannot speed up the matmuls")
+        assert f"amp: skipped: {why}" in outcome.decisions and f"matmul_precision: skipped: {why}" in \
+            outcome.decisions
+    assert outcome.recommended.settings == outcome.baseline.settings
 
 
 @pytest.mark.parametrize("beside_pays", [True, False])

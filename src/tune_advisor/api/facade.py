@@ -92,7 +92,8 @@ def analyze(path: str | Path, options: AnalyzeOptions | None = None,
                                            record.document["environment"].get("gpu"))
         record.document["budget"]["memory_margin_bytes"] = margin or None  # what a recommended batch leaves free
         ctx = PlanContext(baseline=info.baseline, search=info.search, workload=info.facts,
-                          device=replace(device_facts(device), world_size=launch.world_size(layout)),
+                          device=replace(device_facts(device), world_size=launch.world_size(layout),
+                                         matmul_peaks=record.document["environment"]["peaks"]["flops_per_s"]),
                           memory_budget_bytes=memory, explore=options.only_knobs or None,
                           memory_capacity_bytes=capacity, memory_margin_bytes=margin, train_steps=options.train_steps)
         planning = time.monotonic()

@@ -382,7 +382,7 @@ class AdaptivePlanner(Planner):
         if name == "amp":
             # bf16 applies only where it is native (knobs.not_applicable); on a CPU that emulates it, what is left
             # to try is leaving a bf16 baseline, at least as promising
-            return self._through_compute(current, COMPUTE_SPEEDUP["amp"], precision=True)
+            return self._precision_prospect(name, current)
         if name == "channels_last":
             amp_on = current.settings["amp"] != "off"
             return self._through_compute(current, COMPUTE_SPEEDUP["channels_last_amp" if amp_on else "channels_last"])
@@ -402,8 +402,44 @@ class AdaptivePlanner(Planner):
         if name == "matmul_precision":
             if current.settings["amp"] != "off":
                 return Prospect(1.0, f"amp={current.settings['amp']} already runs the matmuls in 16 bits")
-            return self._through_compute(current, COMPUTE_SPEEDUP[name], precision=True)
+            return self._precision_prospect(name, current)
         return Prospect(1.0, "this planner does not know the knob")
+
+    def _precision_prospect(self, name: str, current: ProbeResult) -> Prospect:
+        """A precision knob's prospect: `_through_compute` on the dense share, sped up by the device's measured
+        matmul roof of the knob's type over the current one's (`_roof_ratio`), else by COMPUTE_SPEEDUP's rough
+        figure. Native is not fast: on an Intel Xeon with avx512_bf16 but no AMX, bf16 matmuls ran at 0.60x of
+        float32's rate (143 vs 240 GFLOP/s), and the minute of hf_transformer and hf_trainer spent 10-17 s on
+        lockstep pairs that read bf16 0.58-0.60x and matmul_precision=medium 0.55-0.72x."""
+        roof = self._roof_ratio(name, current)
+        prospect = self._through_compute(current, roof[0] if roof else COMPUTE_SPEEDUP[name], precision=True)
+        if roof is None or roof[0] >= 1 + MIN_GAIN:
+            return prospect
+        ratio, theirs, here = roof
+        peaks = self.ctx.device.matmul_peaks
+        return Prospect(prospect.speedup, f"{theirs} matmuls run at {ratio:.2f}x the rate of {here} ones on this "
+                                          f"device (its measured roofs: {peaks[theirs] / 1e9:,.0f} and "
+                                          f"{peaks[here] / 1e9:,.0f} GFLOP/s), so it cannot speed up the matmuls")
+
+    def _roof_ratio(self, name: str, current: ProbeResult) -> tuple[float, str, str] | None:
+        """(the best measured matmul roof among `name`'s other values over `current`'s, their dtype, `current`'s),
+        or None where a roof is missing, or the model has convolutions (their kernels are not the matmul's)."""
+        peaks = self.ctx.device.matmul_peaks or {}
+        if not peaks or self.ctx.workload.conv_layers:
+            return None
+        cuda = self.ctx.device.type == "cuda"
+
+        def dtype(settings: dict[str, Any]) -> str:  # what the matmuls compute in
+            if settings["amp"] != "off":
+                return settings["amp"]
+            return {"highest": "fp32"}.get(settings["matmul_precision"], "tf32" if cuda else "bf16")
+
+        here = dtype(current.settings)
+        theirs = {dtype({**current.settings, name: v}) for v in self.alternatives(name, current)}
+        if here not in peaks or not theirs or any(t not in peaks for t in theirs):
+            return None
+        best = max(theirs, key=lambda t: peaks[t])
+        return peaks[best] / peaks[here], best, here
 
     def _through_compute(self, current: ProbeResult, speedup: float, precision: bool = False) -> Prospect:
         """`speedup` on the compute part of `current`'s step (the part outside waiting for data); a precision
