@@ -2798,6 +2798,13 @@ def test_a_compile_that_compiled_no_graph_is_not_kept_and_its_other_modes_are_no
     eager = ("compile=default compiled no graph (Attempted to wrap RNN, GRU, or LSTM), so the model ran eagerly")
     assert f"compile=default: not kept: {eager}" in outcome.decisions
     assert f"compile=max-autotune: not tried: {eager}" in outcome.decisions
+    # AND an eager compile whose lockstep pair reads a small open gain gets no second look (a 1-minute lstm_collate
+    # run spent three more duels on one; with steps this noisy one was kept)
+    outcome, _ = run_plan(lambda s: {**rate(s), "rate": 1000.0 * (1.02 if s["compile"] != "off" else 1.0)},
+                          workload=MLP, device=CPU_NO_BF16, explore=("compile",), jitter=0.2, lockstep=True,
+                          search={"batch_size": [16], "compile": ["off", "default"]})
+    assert outcome.recommended.settings["compile"] == "off"
+    assert not any(d.startswith("second look: compile") for d in outcome.decisions)
     # AND a compile that compiled a graph is judged by its speed as before
     outcome, _ = run_plan(lambda s: {**rate(s), "graphs": 1}, workload=MLP, device=CPU_NO_BF16, explore=("compile",),
                           jitter=0.0, search={"batch_size": [16], "compile": ["off", "default"]})

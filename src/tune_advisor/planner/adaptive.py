@@ -235,7 +235,7 @@ class AdaptivePlanner(Planner):
         kept 256, 1.06x faster re-measured. Returns the candidate that now beats the best, or None."""
         s, ledger = self.session, self.session.ledger
         for candidate in compare.open_gains(ledger, current):
-            if not self._usable(candidate):
+            if not self._usable(candidate) or self.ran_eagerly(candidate):  # an eager compile's gain is noise
                 continue
             before = compare.describe_gain(ledger, current, candidate)
             asked = compare.duel_count(ledger, current, candidate)
