@@ -1654,6 +1654,32 @@ def test_without_time_for_its_pairs_the_ablation_decides_on_the_searchs_measures
     assert kept.settings["optimizer_impl"] == "default" and kept.settings["amp"] == "bf16"
 
 
+def test_an_ablation_on_the_searchs_measures_names_the_probes_its_figure_rests_on():
+    from tune_advisor.planner import ablation
+
+    # GIVEN a search that screened bf16 (p002) and bf16 with the fused optimizer (p003), then dueled the two in
+    # lockstep (p004/p005), and a budget already spent
+    def rate(s):
+        return 1000.0 * (1.25 if s["amp"] == "bf16" else 1.0) * (1.10 if s["optimizer_impl"] == "fused" else 1.0)
+
+    clock = FakeClock()
+    session = Session(FakeBackend(rate, jitter=0.002), budget_s=10.0, clock=clock)
+    base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
+    session.ledger.start_from(base)
+    amp = session.run({**base.settings, "amp": "bf16"}, "knob:amp")
+    winner = session.run({**amp.settings, "optimizer_impl": "fused"}, "knob:optimizer_impl")
+    pair = session.duel(amp, winner)
+    assert all("lockstep" in p.extra for p in pair)
+    clock.now = 100.0
+    # WHEN the ablation runs
+    _, records = ablation.ablate(session, base, winner, [], decisions := [])
+    # THEN the fused optimizer's figure is its lockstep duel's, and so are the probes it names (not p002/p003)
+    fused = next(r for r in records if r["knob"] == "optimizer_impl")
+    assert fused["probes"] == [pair[0].id, pair[1].id] == ["p004", "p005"]
+    assert fused["method"] == "from the search's measures in lockstep (over budget to re-measure)"
+    assert any("optimizer_impl=fused contributes" in d and "p004/p005" in d for d in decisions), decisions
+
+
 def test_without_time_or_a_probe_without_it_the_ablation_quotes_the_figure_the_search_kept_the_knob_on():
     from tune_advisor.planner import ablation
 

@@ -93,9 +93,13 @@ def _measure(session, base: ProbeResult, current: ProbeResult, name: str, left: 
         return b, compare.gain(session.ledger, b, current), pays, how
     if seen is not None:  # no time to measure again: the search's own measures of the two decide
         pays = session.beats(seen, current)
-        record["probes"] = [seen.id, current.id]
+        # the probes the figure rests on: their duels where they had some (an hf_trainer ablation named the two
+        # settings' first probes, p016/p028, beside the figure of their lockstep duel, p027/p028)
+        kind, pairs = compare.gain_pairs(session.ledger, seen, current)
+        record["probes"] = [i for pair in pairs for i in pair]
+        how = {"lockstep": "in lockstep", "in turn": "in turn"}.get(kind, "measured separately")
         return (seen, compare.gain(session.ledger, seen, current), pays,
-                "from the search's measures (over budget to re-measure)")
+                f"from the search's measures {how} (over budget to re-measure)")
     keep = _kept_on(session, name, current.settings[name])
     if keep is None:
         record.update(kept=True, why="not measured: over budget, and no probe without it to compare")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import knobs
-from ..analysis import breakeven
+from ..analysis import breakeven, restart
 from ..collectors import cuda_memory
 from ..fmt import fmt_bytes
 from ..probe.result import ProbeResult
@@ -548,20 +548,23 @@ class AdaptivePlanner(Planner):
                          f"{base.settings['batch_size']}, scaled by the batch and the step times)")
 
     def _restart_prospect(self, current: ProbeResult) -> Prospect:
-        """persistent_workers saves the worker start-up at every epoch: bounded by how much longer than the median
-        step the steps that began an epoch took while measuring. Not by their data wait alone: a new epoch also
+        """persistent_workers saves the worker start-up at every epoch: bounded by what the epoch starts cost the
+        steps they slowed while measuring (`restart.restart_cost`). Not by their data wait alone: a new epoch also
         shuts the old workers down, which the wait does not hold (lightning_module at batch 64, 4 workers: those
         steps took 0.33-0.42 s, 0.17-0.20 s of it waiting for data, and 0.22-0.24 s with persistent workers, which
         measured 1.19x; at batch 16 the wait's share, 2.5-4.7% of the time, ranked them last and no 1- to
         3-minute run tried them, where keeping them measured 1.07x)."""
-        starts, steps = current.extra.get("epoch_start_steps") or [], current.step_s
-        typical = statistics.median(steps) if steps else 0.0
-        restart = sum(max(0.0, steps[i] - typical) for i in starts if i < len(steps)) / (sum(steps) or 1.0)
-        if restart * (1 + MIN_GAIN) < MIN_GAIN:  # 1 / (1 - restart) < 1 + MIN_GAIN
-            return Prospect(1 / (1 - restart), f"{len(starts)} epoch start(s) while measuring cost {restart:.1%} "
-                                               "of the time: keeping workers alive cannot gain "
-                                               f"{MIN_GAIN:.0%}")
-        return Prospect(1 / (1 - restart))
+        s, starts = current.settings, current.extra.get("epoch_start_steps") or []
+        cost = restart.restart_cost(current.step_s, starts, restart.refill_steps(s["num_workers"],
+                                                                                  s["prefetch_factor"]),
+                                    current.extra.get("epoch_steps"))
+        if cost is None:
+            return Prospect(1.0, "no epoch start was measured beside typical steps: what restarting the workers "
+                                 "costs was not seen")
+        if cost.bound < 1 + MIN_GAIN:
+            return Prospect(cost.bound, f"{cost.starts} epoch start(s) while measuring cost {cost.share:.1%} of "
+                                        f"the time: keeping workers alive cannot gain {MIN_GAIN:.0%}")
+        return Prospect(cost.bound)
 
     def _checkpointing_prospect(self, current: ProbeResult) -> Prospect:
         """Checkpointing trades compute for memory: it can pay only when memory stopped a batch ladder that was

@@ -200,19 +200,30 @@ def common_kind(ledger, *settings: dict[str, Any]) -> bool | None:
     return None
 
 
+def gain_pairs(ledger, reference: ProbeResult, candidate: ProbeResult) -> tuple[str, list[tuple[str, str]]]:
+    """How `gain` measured the two ("lockstep", "in turn", or "separately") and the (reference, candidate) probe
+    ids it rests on."""
+    if duels := lockstep(ledger, reference, candidate):
+        return "lockstep", [(a.id, b.id) for a, b in duels]
+    if len(rounds := in_turn(ledger, reference, candidate)) >= MIN_ROUNDS_IN_TURN:
+        return "in turn", [(a.id, b.id) for a, b in rounds]
+    return "separately", [(reference.id, candidate.id)]
+
+
 def describe_gain(ledger, reference: ProbeResult, candidate: ProbeResult, chained: bool = False) -> str:
     """The gain with its CI and where it comes from (`chained`: over the chain of lockstep wins)."""
     median, low, high = (chained_gain(ledger, reference, candidate) if chained
                          else gain(ledger, reference, candidate))
     if median != median:
         return f"{candidate.status.value}"
-    duels = lockstep(ledger, reference, candidate)
+    kind, pairs = gain_pairs(ledger, reference, candidate)
+    ids = " & ".join(f"{a}/{b}" for a, b in pairs)
     if chained:
         how = "over its chain of ladder wins in lockstep"
-    elif duels:
-        how = f"in lockstep, {' & '.join(f'{a.id}/{b.id}' for a, b in duels)}"
-    elif len(rounds := in_turn(ledger, reference, candidate)) >= MIN_ROUNDS_IN_TURN:
-        how = f"over {len(rounds)} rounds in turn, {' & '.join(f'{a.id}/{b.id}' for a, b in rounds)}"
+    elif kind == "lockstep":
+        how = f"in lockstep, {ids}"
+    elif kind == "in turn":
+        how = f"over {len(pairs)} rounds in turn, {ids}"
     else:
         how = f"over {reference.id}"
     return f"{median:.2f}x [{low:.2f}, {high:.2f}] {how}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from .. import knobs, snippets
-from ..analysis import stats
+from ..analysis import restart, stats
 from ..fmt import fmt_rate
 from .context import Config, Context, Finding, Gain
 from .registry import rule
@@ -243,28 +243,30 @@ def worker_restart_cost(ctx: Context) -> Finding | None:
 
     What it finds:
         Settings with `num_workers > 0` and `persistent_workers=False` where a new epoch started during the
-        measured steps and the first batch of that epoch waited markedly longer than a typical batch.
+        measured steps and the steps it began took markedly longer than typical ones.
 
     Why it matters:
         Without `persistent_workers`, each epoch ends by stopping every worker process and the next begins by
-        starting them again (re-importing, re-building the dataset copy, refilling the prefetch queue). With
-        small epochs or slow worker start-up this is paid often and shows as a stall at each epoch boundary.
+        starting them again (re-importing, re-building the dataset copy, refilling the prefetch queue while the
+        training computes beside them). With small epochs or slow worker start-up this is paid often and shows
+        as a stall at each epoch boundary.
 
     How it is measured:
-        Measured when a probe with `persistent_workers=True` exists next to the settings. Otherwise estimated:
-        the stall is the data wait of the first measured step of a new epoch (`extra.epoch_start_steps`, or,
-        in older documents with `extra.epochs_started >= 1`, the longest data wait) minus the median data
-        wait; it is paid once per `ceil(workload.facts.dataset_len / batch_size)` steps. The estimated share of
-        step time saved is that cost per step over the mean step time: an upper bound, as persistent workers
-        still refill their queues when an epoch begins. Silent without a dataset length (iterable datasets) or
-        when the share is below 1%.
+        Measured when a probe with `persistent_workers=True` exists next to the settings. Otherwise estimated
+        (`analysis.restart`, the figure the planner ranks the knob by): the steps from each epoch start
+        (`extra.epoch_start_steps`) until the new workers refilled their queue (`num_workers x prefetch_factor`
+        steps) beyond as many typical steps (the mean of the others), the median over the settings' probes; paid
+        once per epoch of `extra.epoch_steps` steps (else `ceil(workload.facts.dataset_len / batch_size)`). The
+        estimated share of the time is that cost over an epoch's steps at the mean step: an upper bound, as
+        persistent workers still refill their queues when an epoch begins. Silent without an epoch length
+        (iterable datasets) or when the share is below 1%.
 
     Fix:
         `DataLoader(..., num_workers=N, persistent_workers=True)`: the workers live for the whole training.
 
     Example:
-        `a new epoch restarts 8 loader workers: its first batch waited 0.29 s more than usual, once every 64
-        steps (~22% of the time per step)`
+        `a new epoch restarts 2 loader workers: the steps it began took 0.34 s more than typical ones, once
+        every 128 steps (~11% of the time)`
     """
     for subject in reversed(ctx.subjects()):  # the recommended settings first
         if subject["num_workers"] == 0 or subject["persistent_workers"]:
@@ -283,11 +285,12 @@ def worker_restart_cost(ctx: Context) -> Finding | None:
         if estimate is None:
             continue
         stall, steps_per_epoch, share = estimate
-        gain = Gain.estimated(1 / (1 - share), f"upper bound: a {stall:.3f} s stall once per epoch of "
-                                               f"{steps_per_epoch} steps, over the mean step time")
-        message = (f"a new epoch restarts {subject['num_workers']} loader workers: its first batch waited "
-                   f"{stall:.2f} s more than usual, once every {steps_per_epoch} steps (~{share:.0%} of the time "
-                   "per step)")
+        gain = Gain.estimated(1 / (1 - share), f"upper bound: {stall:.3f} s more in the steps an epoch start "
+                                               f"slows, once per epoch of {steps_per_epoch} steps, over an "
+                                               "epoch's time")
+        message = (f"a new epoch restarts {subject['num_workers']} loader workers: the steps it began took "
+                   f"{stall:.2f} s more than typical ones, once every {steps_per_epoch} steps (~{share:.0%} of "
+                   "the time)")
         evidence = {"restart_stall_s": round(stall, 4), "steps_per_epoch": steps_per_epoch,
                     "num_workers": subject["num_workers"]}
         return Finding(message, evidence, fix, snippet, gain, subject.ids)
@@ -295,25 +298,26 @@ def worker_restart_cost(ctx: Context) -> Finding | None:
 
 
 def _restart_cost(ctx: Context, subject: Config) -> tuple[float, int, float] | None:
+    """(seconds an epoch start costs, steps per epoch, share of the time) for `subject`, or None."""
     dataset_len = ctx.facts.get("dataset_len")
-    if not dataset_len:
-        return None
-    stalls = []
+    span = restart.refill_steps(subject["num_workers"], subject["prefetch_factor"])
+    costs, epochs = [], []
     for probe in subject.probes:
-        extra, wait = probe.get("extra") or {}, (probe.get("raw") or {}).get("data_wait_s") or []
-        starts = extra.get("epoch_start_steps")
-        if starts is None and (extra.get("epochs_started") or 0) >= 1 and wait:
+        extra = probe.get("extra") or {}
+        steps = (probe.get("step_time_s") or {}).get("samples") or []
+        per_epoch = extra.get("epoch_steps") or (math.ceil(dataset_len / subject["batch_size"])
+                                                 if dataset_len else None)
+        starts, wait = extra.get("epoch_start_steps"), (probe.get("raw") or {}).get("data_wait_s") or []
+        if starts is None and (extra.get("epochs_started") or 0) >= 1 and wait:  # older documents: the longest wait
             starts = [max(range(len(wait)), key=lambda i: wait[i] or 0)]
-        starts = [i for i in starts or [] if i < len(wait) and wait[i] is not None]
-        if starts:
-            stalls.append(sum(wait[i] for i in starts) / len(starts) - stats.median([w or 0 for w in wait]))
-    if not stalls:
+        cost = restart.restart_cost(steps, starts or [], span, per_epoch)
+        if cost is not None and per_epoch:
+            costs.append(cost)
+            epochs.append(per_epoch)
+    if not costs:
         return None
-    stall = stats.median(stalls)
-    steps_per_epoch = math.ceil(dataset_len / subject["batch_size"])
-    mean_step = sum(subject.step_s) / len(subject.step_s)  # not the median: loader waves make steps bimodal
-    share = stall / steps_per_epoch / mean_step
-    return (stall, steps_per_epoch, share) if RESTART_WORTH <= share < 1 else None
+    stall, share = stats.median([c.excess_s for c in costs]), stats.median([c.share for c in costs])
+    return (stall, int(stats.median(epochs)), share) if RESTART_WORTH <= share < 1 else None
 
 
 @rule("TA104", "pageable-host-memory", "warning")
