@@ -99,6 +99,7 @@ class AdaptivePlanner(Planner):
         self.worker_cap: int | None = None  # the loader workers the cores can feed, when the baseline loaded in-process
         self.load_s: float | None = None  # seconds to load one sample, when the baseline loaded in-process
         self.rejudge: set[str] = set()  # ladders whose answer a later kept change put in question: explored first
+        self.follow: set[str] = set()  # knobs whose prospect the last exploration measured: explored next
         self.moved_from: ProbeResult | None = None  # the best before a move to a tie (`_tie_move`), once made
         self.tie: ProbeResult | None = None  # where that move went
         self.knobs = [k for k in ORDER if ctx.explore is None or k in ctx.explore]  # what this plan explores
@@ -141,18 +142,33 @@ class AdaptivePlanner(Planner):
                 self._ruled_out(prospects, current)
                 s.ledger.unexplored.extend(f"{name}: over budget" for name in live)
                 return self._settled(current)
-            # a ladder in question first, else the most promising knob (first in ORDER on ties); compile after
-            # the others (`_compile_last`)
-            name = next((k for k in live if k in self.rejudge), None) or max(
+            # a ladder in question first, then what the last exploration measured the prospect of (`_follow`), else
+            # the most promising knob (first in ORDER on ties); compile after the others (`_compile_last`)
+            name = next((k for k in live if k in self.rejudge), None) or next(
+                (k for k in live if k in self.follow), None) or max(
                 self._compile_last(live), key=lambda k: live[k].speedup)
             done.add(name)
             self.rejudge.discard(name)
+            self.follow.clear()
             self.visits[name] += 1
             found = self._explored(name, current, base)
             if found is not current:
                 done.difference_update(INTERACTIONS.get(name, ()))
                 self.rejudge |= self._questioned([name], found)
                 current = found
+            self.follow = self._follow(name, current)
+
+    @staticmethod
+    def _follow(explored: str, best: ProbeResult) -> set[str]:
+        """The knobs to explore next after `explored`, where it left `best`: after the loader ladder, keeping
+        `best`'s workers alive across epochs (when its prospect clears the minimum). That prospect is measured on
+        `best` itself, what its epoch starts cost (`_restart_prospect`), where the compute knobs' are rough
+        speedups (COMPUTE_SPEEDUP) that outrank it: a 2-minute lightning_module run kept 4 workers, then spent
+        70 s on bf16, medium, prefetch_factor and a batch ladder, none beyond the noise, and never reached
+        persistent workers, which its 5-minute run kept (4.74x over the baseline to 4 workers' 4.38x)."""
+        if explored == "num_workers" and best.settings["num_workers"] > 0 and not best.settings["persistent_workers"]:
+            return {"persistent_workers"}
+        return set()
 
     @staticmethod
     def _compile_last(live: dict[str, Prospect]) -> list[str]:
@@ -423,9 +439,11 @@ class AdaptivePlanner(Planner):
 
     def _roof_ratio(self, name: str, current: ProbeResult) -> tuple[float, str, str] | None:
         """(the best measured matmul roof among `name`'s other values over `current`'s, their dtype, `current`'s),
-        or None where a roof is missing, or the model has convolutions (their kernels are not the matmul's)."""
+        or None where a roof is missing, or amp on a model with convolutions (their kernels are not the matmul's).
+        matmul_precision changes only the matmuls, convolutions or not: a 2-minute lightning_module run (a CNN)
+        spent a lockstep pair on medium, 0.98x, where bf16 matmuls ran at 0.60x of float32's."""
         peaks = self.ctx.device.matmul_peaks or {}
-        if not peaks or self.ctx.workload.conv_layers:
+        if not peaks or (name == "amp" and self.ctx.workload.conv_layers):
             return None
         cuda = self.ctx.device.type == "cuda"
 
