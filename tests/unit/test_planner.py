@@ -2880,3 +2880,26 @@ def test_a_setting_is_measured_alone_where_the_budget_holds_one_probe_but_not_a_
     assert result.ok and ("lockstep" in result.extra) is paired and bool(backend.pairs) is paired
     if not paired:
         assert result.extra["in_turn"].startswith("measured alone: the budget left the time of one probe")
+
+
+def test_a_pair_is_reckoned_at_what_the_runs_pairs_took_not_at_two_probes_alone():
+    # GIVEN hf_trainer's shape on 2 cores: probes alone take 4 s, but a lockstep pair took 12 s (its sides' turns,
+    # starts and warm-ups), and 11 s of the budget are left before the confirmation's reserve
+    clock = FakeClock()
+    backend = FakeBackend(lambda s: 1000.0 * (1.2 if s["amp"] == "bf16" else 1.0), clock=clock, can_pair=True,
+                          wall_s=4.0)
+    session = Session(backend, 600.0, clock=clock)
+    base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
+    session.ledger.start_from(base)
+    for workers in (1, 2):
+        session.run({**base.settings, "num_workers": workers}, "ladder:num_workers")
+    backend.wall_s = 6.0
+    session.duel(base, {**base.settings, "batch_size": 32})
+    backend.wall_s = 4.0
+    assert session.budget.pair_s() == pytest.approx(12.0) and 2 * session.budget.typical_probe_s() < 11.0
+    session.budget.limit_s = session.budget.elapsed() + session.budget.confirmation_s() + 11.0
+    # WHEN a setting is measured against the baseline
+    result = session.measure({**base.settings, "amp": "bf16"}, "knob:amp", base)
+    # THEN it is a screen alone (a 1-minute hf_trainer run, reckoning a pair at two probes alone, started one with
+    # 8 s left for exploring, and the budget stopped both sides)
+    assert result.ok and "lockstep" not in result.extra and len(backend.pairs) == 1

@@ -125,6 +125,19 @@ class Budget:
         walls = [plain_wall(p) for p in self.ledger.probes if p.wall_s > 0]
         return sum(walls) / len(walls) if walls else 0.0
 
+    def pair_s(self) -> float:
+        """What the next lockstep pair will likely take: the mean of the pairs so far (both sides' own time: their
+        turns, starts and warm-ups), else two typical probes. Pairs take longer than two probes alone: on a 2-core
+        machine hf_trainer's took 8-12 s where its probes alone took 3.5-4 s, and a 1-minute run, reckoning a pair
+        at two of those, started one with 8 s left for exploring; the budget stopped both sides."""
+        sides: dict[frozenset, float] = {}
+        for p in self.ledger.probes:
+            partner = (p.extra.get("lockstep") or {}).get("partner")
+            if partner and p.wall_s > 0:
+                pair = frozenset((p.id, partner))
+                sides[pair] = sides.get(pair, 0.0) + plain_wall(p)
+        return sum(sides.values()) / len(sides) if sides else 2 * self.typical_probe_s()
+
     def affordable(self, probes: int = 1, extra_s: float = 0.0, within: float = 1.0,
                    confirming: bool = False) -> bool:
         """Whether `probes` more (costing `extra_s` beyond typical probes: compilation), and then the

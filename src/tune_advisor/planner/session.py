@@ -71,7 +71,7 @@ class Session:
             return seen
         if not self._can_pair(against, settings):
             return self._in_turn(against, settings, self.run(settings, role))
-        if not self.budget.affordable(2):
+        if not self.budget.affordable(0, extra_s=self.budget.pair_s()):
             result = self.run(settings, role)
             result.extra["in_turn"] = "measured alone: the budget left the time of one probe, not of a lockstep pair"
             return result
