@@ -18,7 +18,6 @@ from typing import Sequence
 class RestartCost:
     excess_s: float  # what one epoch start added, on average, to the steps it slowed
     starts: int  # the epoch starts it was measured at
-    steps_per_epoch: int | None  # None: unknown, the share is then the measured window's
     share: float  # of the training time: what persistent workers could save at most
 
     @property
@@ -35,9 +34,10 @@ def refill_steps(workers: int, prefetch_factor: int | None) -> int:
 def restart_cost(step_s: Sequence[float], starts: Sequence[int], span: int,
                  steps_per_epoch: int | None = None) -> RestartCost | None:
     """The cost of the epoch starts at step indexes `starts` among the measured `step_s`: each start's `span`
-    steps (`refill_steps`, at most half an epoch's steps, or the window's where unknown) beyond as many typical steps, the mean of the
-    steps outside every span; its share of an epoch of `steps_per_epoch` steps at the mean step, or of the
-    measured window where that is unknown. None where no start was measured or no step lies outside the spans."""
+    steps (`refill_steps`; at most half an epoch's steps, or the window's where unknown) beyond as many typical
+    steps, the mean of the steps outside every span; its share of an epoch of `steps_per_epoch` steps at the mean
+    step, or of the measured window where that is unknown. None where no start was measured or no step lies
+    outside the spans."""
     span = max(1, min(span, (steps_per_epoch or len(step_s)) // 2))
     spans = [range(i, min(i + span, len(step_s))) for i in sorted(set(starts)) if 0 <= i < len(step_s)]
     inside = {j for r in spans for j in r}
@@ -51,4 +51,4 @@ def restart_cost(step_s: Sequence[float], starts: Sequence[int], span: int,
         share = excess / (steps_per_epoch * mean_step)
     else:
         share = excess * len(spans) / sum(step_s)
-    return RestartCost(excess, len(spans), steps_per_epoch, min(share, 1.0))
+    return RestartCost(excess, len(spans), min(share, 1.0))
