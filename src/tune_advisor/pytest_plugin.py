@@ -22,7 +22,7 @@ import pytest
 
 MARKER = "perf_budget"
 ARGUMENTS = ("workload", "baseline", "against", "min_throughput", "max_regression", "max_memory_growth",
-             "max_step_time", "checks", "settings", "rounds", "device", "allow_other_hardware", "protocol",
+             "max_step_time", "checks", "settings", "rounds", "max_rounds", "device", "allow_other_hardware", "protocol",
              "probe_timeout")
 
 
@@ -34,7 +34,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         f"{MARKER}(workload, baseline=None, against=None, min_throughput=None, max_regression=None, "
-        "max_memory_growth=None, max_step_time=None, checks=(), settings=None, rounds=3, device='auto', "
+        "max_memory_growth=None, max_step_time=None, checks=(), settings=None, rounds=3, max_rounds=7, "
+        "device='auto', "
         "allow_other_hardware=False): run the tune-advisor CI gate on a workload file; the test fails on a "
         "performance regression",
     )
@@ -93,7 +94,7 @@ def _gate(item: pytest.Item, marker: pytest.Mark) -> None:
         result = run_gate(
             resolve(kwargs["workload"]), baseline=resolve(kwargs.get("baseline")), against=kwargs.get("against"),
             checks=checks or None, settings=_as_list(settings), rounds=kwargs.get("rounds", DEFAULT_ROUNDS),
-            device=kwargs.get("device", "auto"),
+            max_rounds=kwargs.get("max_rounds"), device=kwargs.get("device", "auto"),
             protocol=Protocol(**protocol) if isinstance(protocol, dict) else protocol,
             probe_timeout=kwargs.get("probe_timeout", 120.0),
             allow_other_hardware=bool(kwargs.get("allow_other_hardware", False)), command=["pytest", item.nodeid])

@@ -33,9 +33,10 @@ def fake_probe(name: str, i: int, rate: float, status=Status.OK, settings=None) 
 
 @pytest.fixture
 def fake(monkeypatch):
-    """Probes at `rates[side]` items/s (default 1000) ending with `status` (the reference always runs), no child
-    process, no torch; records what was measured."""
-    state = SimpleNamespace(rates={"candidate": 1000.0, "reference": 1000.0}, status=Status.OK, calls=[])
+    """Probes at `rates[side]` items/s (default 1000; `round_rates[(side, round)]` for one round) ending with
+    `status` (the reference always runs), no child process, no torch; records what was measured."""
+    state = SimpleNamespace(rates={"candidate": 1000.0, "reference": 1000.0}, round_rates={}, status=Status.OK,
+                            calls=[])
     info = api.Inspection(path=Path("w.py"), facts=knobs.WorkloadFacts(), baseline=dict(FILE_BASELINE), search={},
                           item_name="samples", optional=[])
     monkeypatch.setattr(environment, "resolve_device", lambda device: "cpu")
@@ -43,12 +44,12 @@ def fake(monkeypatch):
     monkeypatch.setattr(api, "inspect_workload", lambda *a, **k: info)
     monkeypatch.setattr(run_mod, "check_applicable", lambda *a: None)
 
-    def measure(sides, rounds, **kwargs):
-        state.calls.append({"sides": list(sides), "rounds": rounds, "protocol": kwargs["protocol"],
+    def measure(sides, rounds, start=0, **kwargs):
+        state.calls.append({"sides": list(sides), "rounds": rounds, "start": start, "protocol": kwargs["protocol"],
                             "settings": {n: s for n, (_, s) in sides.items()}})
-        return {name: [fake_probe(name, i, state.rates.get(name, 1000.0),
+        return {name: [fake_probe(name, i + 1, state.round_rates.get((name, i + 1), state.rates.get(name, 1000.0)),
                                   Status.OK if name == "reference" else state.status, settings)
-                       for i in range(rounds)] for name, (_, settings) in sides.items()}
+                       for i in range(start, start + rounds)] for name, (_, settings) in sides.items()}
 
     monkeypatch.setattr(run_mod, "measure", measure)
     return state
@@ -131,6 +132,49 @@ def test_interleaved_mode_measures_the_ref_first_in_the_same_call(fake, tmp_path
     assert fake.calls[0]["sides"] == ["reference", "candidate"]
     assert result.document["mode"] == "interleaved" and len(result.document["reference_rounds"]) == 3
     assert result.exit_code == 1 and "dropped 3" in result.failures[0]
+
+
+def test_an_undecided_regression_measures_more_rounds_until_a_disturbed_round_no_longer_decides_it(
+        fake, tmp_path, monkeypatch):
+    # GIVEN a working tree 4x slower than its ref, and one of the first three rounds disturbed so that it read
+    # 0.9x (as in a CI run: 0.261x [0.062, 1.166] over three rounds, a pass)
+    monkeypatch.setattr(run_mod, "workload_at_ref", lambda path, ref, dest: Path("ref/w.py"))
+    fake.rates.update(reference=1000.0, candidate=250.0)
+    fake.round_rates[("candidate", 2)] = 900.0
+    # WHEN the gate runs in its default 3 rounds
+    result = run_mod.run_gate("w.py", against="main", checks=["throughput:20%"])
+    # THEN the three left it undecided, so it measured one more round at a time until it was decided: a failure
+    starts = [c["start"] for c in fake.calls]
+    assert starts[0] == 0 and fake.calls[0]["rounds"] == 3 and all(c["rounds"] == 1 for c in fake.calls[1:])
+    assert starts[1:] == list(range(3, 3 + len(starts) - 1)) and 2 <= len(starts) <= 5
+    assert result.exit_code == 1, result.message()
+    measured = 3 + len(starts) - 1
+    assert f"over {measured} paired rounds" in result.failures[0]
+    doc = result.document
+    assert (doc["rounds"], doc["rounds_measured"], doc["max_rounds"]) == (3, measured, 7)
+    assert [p["id"] for p in doc["reference_rounds"]] == [f"reference-{i}" for i in range(1, measured + 1)]
+    # AND with --max-rounds equal to --rounds it measures no more, and says the drop was not significant
+    fake.calls.clear()
+    kept = run_mod.run_gate("w.py", against="main", checks=["throughput:20%"], max_rounds=3)
+    assert len(fake.calls) == 1 and kept.exit_code == 0
+    assert kept.outcomes[0].status == "warn" and "not significantly" in kept.outcomes[0].message
+
+
+def test_a_decided_gate_measures_only_the_rounds_asked_for(fake, tmp_path, monkeypatch):
+    # GIVEN a clear regression, and an unchanged workload
+    monkeypatch.setattr(run_mod, "workload_at_ref", lambda path, ref, dest: Path("ref/w.py"))
+    for rate, code in ((700.0, 1), (1000.0, 0)):
+        fake.calls.clear()
+        fake.rates["candidate"] = rate
+        result = run_mod.run_gate("w.py", against="main", checks=["throughput:10%"])
+        # THEN each is decided in its 3 rounds, with one call
+        assert result.exit_code == code and len(fake.calls) == 1 and result.document["rounds_measured"] == 3
+
+
+@pytest.mark.parametrize("rounds, max_rounds", [(3, 2), (3, 0), (3, 2.5)])
+def test_max_rounds_below_the_rounds_is_a_usage_error(fake, rounds, max_rounds):
+    with pytest.raises(UsageError, match="--max-rounds"):
+        run_mod.run_gate("w.py", checks=["throughput:>=1"], rounds=rounds, max_rounds=max_rounds)
 
 
 def test_a_candidate_that_fails_beside_its_reference_is_a_regression_not_a_broken_reference(fake, tmp_path,
@@ -287,6 +331,10 @@ def test_the_gate_pairs_each_round_in_lockstep_and_alternates_who_starts(tmp_pat
     assert backend.calls == [("pair", [f"reference-{i}", f"candidate-{i}"], roles, first) for i, first in
                              ((1, 0), (2, 1), (3, 0))]
     assert [p.id for p in measured["candidate"]] == ["candidate-1", "candidate-2", "candidate-3"]
+    # AND one more round of a gate still undecided goes on numbering, and alternating, where the others ended
+    backend.calls.clear()
+    measure_mod.measure({"reference": (info, {}), "candidate": (info, {})}, 1, start=3, backend=backend, **kwargs)
+    assert backend.calls == [("pair", ["reference-4", "candidate-4"], roles, 1)]
     # AND one side (a baseline, or the stored mode) is measured round by round as before
     backend.calls.clear()
     measure_mod.measure({"baseline": (info, {})}, 2, backend=backend, **kwargs)

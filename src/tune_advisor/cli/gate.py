@@ -17,7 +17,7 @@ import typer
 from .. import results
 from ..errors import UsageError
 from ..files import write_text_atomic
-from ..gate import DEFAULT_ROUNDS, GateResult, report, run_gate
+from ..gate import DEFAULT_MAX_ROUNDS, DEFAULT_ROUNDS, GateResult, report, run_gate
 from ..probe.spec import Protocol
 from . import _common
 from ._common import err, handle_errors, out as stdout
@@ -39,6 +39,10 @@ def command(
     from_results: Optional[Path] = typer.Option(None, help="results.json whose recommended settings "
                                                            "--settings recommended uses."),
     rounds: int = typer.Option(DEFAULT_ROUNDS, help="Probes per side (with --against: pairs, interleaved)."),
+    max_rounds: Optional[int] = typer.Option(None, help="While a check is beyond its allowed change but not "
+                                                        "significantly, measure one more round at a time up to "
+                                                        f"this many [default: {DEFAULT_MAX_ROUNDS}, at least "
+                                                        "--rounds]; --max-rounds equal to --rounds: never more."),
     allow_other_hardware: bool = typer.Option(False, help="Compare with a baseline from another machine anyway."),
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
     probe_timeout: str = typer.Option("120s", help="Wall-clock limit of each probe."),
@@ -78,10 +82,10 @@ def command(
         status.start()
     try:
         result = run_gate(file, baseline=baseline, against=against, checks=check, settings=settings,
-                          from_results=from_results, rounds=rounds, device=device, protocol=protocol,
-                          probe_timeout=probe_timeout, allow_other_hardware=allow_other_hardware, seed=seed,
-                          command=sys.argv, on_probe=on_probe, executor=executor, ray_address=ray_address,
-                          as_workload=as_workload)
+                          from_results=from_results, rounds=rounds, max_rounds=max_rounds, device=device,
+                          protocol=protocol, probe_timeout=probe_timeout,
+                          allow_other_hardware=allow_other_hardware, seed=seed, command=sys.argv,
+                          on_probe=on_probe, executor=executor, ray_address=ray_address, as_workload=as_workload)
     finally:
         if status is not None:
             status.stop()

@@ -45,6 +45,12 @@ class Outcome:
     def failure(self) -> str | None:
         return self.message if self.status in (FAIL, ERROR) else None
 
+    @property
+    def undecided(self) -> bool:
+        """Beyond the allowed change or limit, but not significantly: more rounds can decide it (a peak-memory
+        warning cannot: its rounds disagree, and more of them would not agree)."""
+        return self.status == WARN and self.check.metric != "peak_memory"
+
     def to_dict(self) -> dict[str, Any]:
         return {"check": self.check.text, "metric": self.check.metric, "kind": self.check.kind,
                 "threshold": self.check.threshold, "status": self.status, "message": self.message,

@@ -67,9 +67,9 @@ def check_applicable(settings: dict[str, Any], info: api.Inspection, device: str
 
 
 def measure(sides: dict[str, tuple[api.Inspection, dict[str, Any]]], rounds: int, *, backend: ProbeBackend,
-            device: str, protocol: Protocol, timeout_s: float, seed: int = 0,
+            device: str, protocol: Protocol, timeout_s: float, seed: int = 0, start: int = 0,
             on_probe: OnProbe | None = None) -> dict[str, list[ProbeResult]]:
-    """`rounds` probes of each side, run by `backend` (executors.gate_backend). With two sides, each round runs
+    """`rounds` probes of each side (numbered from `start` + 1: more rounds of a gate already measured), run by `backend` (executors.gate_backend). With two sides, each round runs
     both at once in lockstep (`backend.pair`: probe/lockstep.py): they take turns step by step, so both see the same
     state of a machine whose speed changes every few seconds; where the backend cannot pair (--executor ray), one
     after the other.
@@ -84,14 +84,14 @@ def measure(sides: dict[str, tuple[api.Inspection, dict[str, Any]]], rounds: int
     """
     names = list(sides)
     measured: dict[str, list[ProbeResult]] = {name: [] for name in names}
-    for i in range(rounds):
+    for i in range(start, start + rounds):
         specs = [ProbeSpec(id=f"{name}-{i + 1}", workload=str(sides[name][0].path), settings=sides[name][1],
                            device=device, protocol=protocol, timeout_s=timeout_s, seed=seed, fresh_parent=True,
                            preload=sides[name][0].preload)
                  for name in names]
         roles = [f"gate:{name}" for name in names]
         if on_probe:
-            on_probe(" and ".join(names), i + 1, rounds)
+            on_probe(" and ".join(names), i + 1, start + rounds)
         if len(names) == 2 and backend.can_pair:
             probes = backend.pair(specs, roles, first=i % 2)
         else:

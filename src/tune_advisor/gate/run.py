@@ -21,6 +21,11 @@ from .verdict import INTERLEAVED, STORED, Evidence
 EXIT_PASS, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
 EXIT_OTHER_HARDWARE = baseline_mod.EXIT_OTHER_HARDWARE
 DEFAULT_ROUNDS = 3
+# An undecided check (beyond the allowed change, not significantly) measures one more round at a time up to this
+# many: from seven the rounds' CI is the Hodges-Lehmann centre's own, stray rounds clipped (stats.WALSH_MIN_ROUNDS),
+# so a round disturbed by a neighbour no longer decides alone. With three, one such round left a 4x slowdown at
+# 0.261x [0.062, 1.166], a pass (CI, 2-core machine).
+DEFAULT_MAX_ROUNDS = 7
 DEFAULT_CHECKS = ("throughput:5%", "peak_memory:10%")
 GATE_KIND = "tune-advisor-gate"
 GATE_SCHEMA_VERSION = 1
@@ -87,14 +92,19 @@ def record_baseline(path: str | Path, *, rounds: int = DEFAULT_ROUNDS, settings:
 
 def run_gate(path: str | Path, *, baseline: str | Path | None = None, against: str | None = None,
              checks: Sequence[str] | None = None, settings: Sequence[str] | None = None,
-             from_results: Path | None = None, rounds: int = DEFAULT_ROUNDS, device: str = "auto",
-             protocol: Protocol | None = None, probe_timeout: str | float = api.DEFAULT_PROBE_TIMEOUT_S,
+             from_results: Path | None = None, rounds: int = DEFAULT_ROUNDS, max_rounds: int | None = None,
+             device: str = "auto", protocol: Protocol | None = None, probe_timeout: str | float = api.DEFAULT_PROBE_TIMEOUT_S,
              allow_other_hardware: bool = False, seed: int = 0, command: list[str] | None = None,
              on_probe: OnProbe | None = None, executor: str = "local", ray_address: str | None = None,
              as_workload: bool = False) -> GateResult:
     """Re-measure the workload and judge every check. Unusable input raises (exit 2); everything else returns.
-    `executor`: where the probes run, local or ray (`ray_address`: the cluster to join), as analyze's."""
+    `rounds` are measured first; while a check is undecided (`Outcome.undecided`), one more at a time up to
+    `max_rounds` (default DEFAULT_MAX_ROUNDS, never below `rounds`). `executor`: where the probes run, local or ray
+    (`ray_address`: the cluster to join), as analyze's."""
     _check_rounds(rounds)
+    if max_rounds is not None and (not isinstance(max_rounds, int) or max_rounds < rounds):
+        raise UsageError(f"--max-rounds {max_rounds}: expected a whole number of rounds, at least --rounds ({rounds})")
+    max_rounds = max(rounds, DEFAULT_MAX_ROUNDS) if max_rounds is None else max_rounds
     executors.check(executor, ray_address)
     has_reference = baseline is not None or against is not None
     parsed = parse_checks(list(checks) if checks else list(DEFAULT_CHECKS if has_reference else ()))
@@ -112,7 +122,7 @@ def run_gate(path: str | Path, *, baseline: str | Path | None = None, against: s
     warnings: list[str] = []
     mode = INTERLEAVED if against else STORED if stored else None
     context = {"path": path, "checks": parsed, "env": env, "stored": stored, "against": against, "mode": mode,
-               "rounds": rounds, "command": command}
+               "rounds": rounds, "max_rounds": max_rounds, "command": command}
 
     differences = baseline_mod.differences(stored.environment, env) if stored and mode == STORED else []
     if differences:
@@ -145,8 +155,14 @@ def run_gate(path: str | Path, *, baseline: str | Path | None = None, against: s
             sides = {"reference": (ref_info, chosen), **sides}  # the reference goes first: A B, B A, ...
         backend = executors.gate_backend(executor, ray_address, device, workdir / "probes")
         try:
-            measured = measure(sides, rounds, backend=backend, device=device, protocol=protocol,
-                               timeout_s=timeout_s, seed=seed, on_probe=on_probe)
+            def more(n: int, start: int = 0) -> dict[str, list]:
+                return measure(sides, n, backend=backend, device=device, protocol=protocol, timeout_s=timeout_s,
+                               seed=seed, start=start, on_probe=on_probe)
+
+            measured = more(rounds)
+            while len(measured["candidate"]) < max_rounds and _undecided(parsed, measured, stored, mode, seed):
+                for side, probes in more(1, start=len(measured["candidate"])).items():
+                    measured[side] += probes
         finally:
             backend.close()
 
@@ -169,10 +185,7 @@ def run_gate(path: str | Path, *, baseline: str | Path | None = None, against: s
         outcomes = [Outcome(c, FAIL, why) for c in parsed]
         return _result("fail", EXIT_REGRESSION, outcomes, warnings, **context)
 
-    evidence = Evidence(baseline_mod.sample_of(candidate),
-                        stored.sample() if mode == STORED else
-                        baseline_mod.sample_of(measured["reference"]) if mode == INTERLEAVED else None,
-                        mode, seed)
+    evidence = _evidence(measured, stored, mode, seed)
     outcomes = [check.evaluate(evidence) for check in parsed]
     warnings += _noise_warnings(parsed, evidence)
     if any(o.status == ERROR for o in outcomes):
@@ -182,6 +195,22 @@ def run_gate(path: str | Path, *, baseline: str | Path | None = None, against: s
     else:
         verdict, code = "pass", EXIT_PASS
     return _result(verdict, code, outcomes, warnings, evidence=evidence, **context)
+
+
+def _evidence(measured: dict[str, list], stored, mode: str | None, seed: int) -> Evidence:
+    return Evidence(baseline_mod.sample_of(measured["candidate"]),
+                    stored.sample() if mode == STORED else
+                    baseline_mod.sample_of(measured["reference"]) if mode == INTERLEAVED else None,
+                    mode, seed)
+
+
+def _undecided(checks: list[Check], measured: dict[str, list], stored, mode: str | None, seed: int) -> bool:
+    """Whether more rounds could decide a check: every probe ran (a failure is judged as it stands), and some
+    check is beyond its allowed change or limit without being significantly so."""
+    if not all(p.ok for probes in measured.values() for p in probes):
+        return False
+    evidence = _evidence(measured, stored, mode, seed)
+    return any(check.evaluate(evidence).undecided for check in checks)
 
 
 def _noise_warnings(checks: list[Check], evidence: Evidence) -> list[str]:
@@ -209,7 +238,7 @@ def _check_rounds(rounds: int) -> None:
 
 
 def _result(verdict: str, code: int, outcomes: list[Outcome], warnings: list[str], *, path, checks, env, stored,
-            against, mode, rounds, command, settings, protocol, probes=None, evidence=None,
+            against, mode, rounds, max_rounds, command, settings, protocol, probes=None, evidence=None,
             reason: str = "") -> GateResult:
     """The GateResult and its gate.json document (docs/results-json.md, "gate.json")."""
     probes = probes or {}
@@ -235,6 +264,8 @@ def _result(verdict: str, code: int, outcomes: list[Outcome], warnings: list[str
         "settings": settings,
         "protocol": dataclasses.asdict(protocol) if protocol else None,
         "rounds": rounds,
+        "max_rounds": max_rounds,
+        "rounds_measured": len(probes.get("candidate", [])),
         "reference": reference,
         "environment": env,
         "hardware": {"same": not differences,
