@@ -670,9 +670,10 @@ def test_a_loader_still_waiting_for_data_keeps_climbing_past_a_dip():
 
 
 def test_a_loader_rung_screened_in_a_slow_moment_earns_a_duel_and_a_compute_knob_is_measured_beside_its_start():
-    # GIVEN a loader-bound pipeline where 4 workers are truly 15% faster than 2, but the 4-worker screening probe
-    # ran in a slow moment (0.7x: it measured 0.8x of 2), and bf16 likewise 15% faster, slowed alike if run alone
-    rates = {0: (300, 0.95), 1: (500, 0.6), 2: (800, 0.5), 4: (920, 0.45), 8: (920, 0.45)}
+    # GIVEN a loader-bound pipeline where 4 workers are truly 15% faster than 2 (and no longer paced by their
+    # loader), but the 4-worker screening probe ran in a slow moment (0.7x: it measured 0.8x of 2), and bf16
+    # likewise 15% faster, slowed alike if run alone
+    rates = {0: (300, 0.95), 1: (500, 0.6), 2: (800, 0.5), 4: (920, 0.25), 8: (920, 0.25)}
 
     def rate(s):
         r, wait = rates[s["num_workers"]]
@@ -1223,6 +1224,26 @@ def test_probes_with_different_loaders_are_never_paired_in_lockstep():
     # THEN the recheck ran both one after the other
     assert backend.pairs == [] and [p.role for p in session.ledger.probes][2:] == ["recheck", "recheck"]
     assert "lockstep" not in compare.describe_gain(session.ledger, base, more)
+
+
+def test_a_change_beside_loader_workers_that_pace_the_step_is_measured_in_turn_and_says_why():
+    # GIVEN a backend measuring pairs together, and a best with 8 loader workers whose step waits 60% for data
+    # (io_bound: side by side, batch 32 read 1,516 samples/s beside batch 128, and 5,850-6,050 alone)
+    backend, clock = FakeBackend(lambda s: {"rate": 1000.0, "wait": 0.6 if s["num_workers"] else 0.9}), FakeClock()
+    session = Session(backend, clock=clock)
+    best = session.run(knobs.full_settings({"batch_size": 32, "num_workers": 8}), "ladder:num_workers")
+    # WHEN a larger batch, which keeps the loader, is measured against it and then rechecked
+    larger = session.measure({**best.settings, "batch_size": 64}, "ladder:batch_size", best)
+    session.beats(best, larger)
+    # THEN nothing ran in a lockstep pair, and the results say why
+    assert backend.pairs == [] and "lockstep" not in larger.extra
+    assert "waits for its loader workers 60% of its time" in larger.extra["in_turn"]
+    # AND beside workers that leave the step computing (waiting 10%), the same change shares a pair
+    backend, clock = FakeBackend(lambda s: {"rate": 1000.0, "wait": 0.1}), FakeClock()
+    session = Session(backend, clock=clock)
+    best = session.run(knobs.full_settings({"batch_size": 32, "num_workers": 8}), "ladder:num_workers")
+    larger = session.measure({**best.settings, "batch_size": 64}, "ladder:batch_size", best)
+    assert len(backend.pairs) == 1 and "in_turn" not in larger.extra
 
 
 def test_a_new_setting_that_keeps_the_loader_is_measured_beside_the_best_in_one_pair():

@@ -24,7 +24,7 @@ from .base import Outcome, PlanContext, Planner
 from . import compare, pairing
 from .compare import DUEL_FROM, LOADER_DUEL_FROM, MAX_DUELS, MAX_DUELS_AMPLE, MIN_DUELS_UNDECIDED
 from .ratios import settings_key
-from .keep import MIN_GAIN, without
+from .keep import LOADER_BOUND, MIN_GAIN, without
 from .session import Session
 
 MIN_DATA_WAIT = 0.03  # below this share of the step spent waiting for data, more loader workers cannot pay MIN_GAIN
@@ -33,13 +33,12 @@ MAX_VISITS = 3  # how often one knob may be (re-)explored: bounds the re-opening
 DEFAULT_MAX_BATCH = 4096
 WORKER_LADDER = (0, 1, 2, 4, 8, 16, 32, 64)  # when SEARCH does not name num_workers: I/O-bound loaders pay past cores
 # A ladder stops at the first step that gains less than MIN_GAIN, except the loader ladder while its best probe still
-# waits for data this much of the step: throughput over workers is not monotonic there (one worker only moves the
+# waits for data LOADER_BOUND of the step or more: throughput over workers is not monotonic there (one worker only moves the
 # loading out of the training process; a middle count can starve the training threads of cores while many more
 # workers, mostly asleep on I/O, pay again), so it stops only after two steps in a row that do not beat the best,
 # one of them judged in a duel, or after SCREENED_STALE steps judged by screening alone: a screen compares two
 # single probes, each in its own moment of the machine. One augment_cpu run screened 1 and 2 workers at 0.72x and
 # 0.70x of the baseline's probe, where other runs' duels measured 2 workers 1.4-1.65x faster than the baseline.
-LOADER_BOUND = 0.3
 SCREENED_STALE = 4
 # A ladder's first rung decides alone whether the ladder goes anywhere, so its screen earns a duel from
 # LOADER_DUEL_FROM, not DUEL_FROM: one hf_transformer run screened batch 16 at 0.89x of 8, in a slow moment of the

@@ -8,6 +8,7 @@ from .. import knobs
 
 MIN_GAIN = 0.03  # a change must beat its reference by 3% (and its ratio CI must exclude 1) to be kept
 DUEL_ROLE = "recheck"  # a setting measured again beside another
+LOADER_BOUND = 0.3  # a step that waits for data this share of its time or more is paced by its loader
 
 
 def together(a: dict[str, Any], b: dict[str, Any], host_paced: bool = False) -> bool:

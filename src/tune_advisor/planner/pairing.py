@@ -10,18 +10,31 @@ from ..collectors import cuda_memory
 from ..probe import device_clock
 from ..probe.backend import ProbeBackend
 from ..probe.result import ProbeResult
-from .keep import together, without
+from .keep import LOADER_BOUND, together, without
 
 
 def can_pair(backend: ProbeBackend, reference: ProbeResult, settings: dict[str, Any], peak: float | None) -> bool:
     """Whether `backend` can measure `reference` beside `settings` (whose probe peaks at `peak` bytes) in a
     lockstep pair: not where it cannot pair at all (DDP, --executor ray), with different loaders (see
-    `together`), or where both would not fit in memory at once (`backend.pair_memory_bytes`). Both sides count
-    what their process holds (`held`): on a GPU a caching allocator keeps freed blocks reserved."""
+    `together`), where `reference`'s loader workers pace its step (`loader_paced`), or where both would not fit
+    in memory at once (`backend.pair_memory_bytes`). Both sides count what their process holds (`held`): on a
+    GPU a caching allocator keeps freed blocks reserved."""
     if not (backend.can_pair and together(reference.settings, settings, host_paced(reference))):
+        return False
+    if loader_paced(reference):
         return False
     room = backend.pair_memory_bytes
     return not (room and held(reference) + (peak or 0) > room)
+
+
+def loader_paced(probe: ProbeResult) -> bool:
+    """Whether `probe`'s step waits for its loader workers LOADER_BOUND of its time or more. A lockstep pair then
+    measures the loaders' pace under turns, not the settings': the paused side's workers are paused too, but the
+    I/O they wait on goes on, and each turn switch costs a step's worth of handing over. On io_bound (32 loader
+    workers, the steps waiting 80-90% alone) batch 32 read 1,516 samples/s in a pair beside batch 128, where it
+    read 5,850-6,050 alone; a pair beside batch 16 had read 16 at 1.09-1.20x of 32, where alone it read about
+    0.7x."""
+    return (probe.settings.get("num_workers") or 0) > 0 and (probe.data_wait_frac() or 0.0) >= LOADER_BOUND
 
 
 def host_paced(probe: ProbeResult) -> bool:
@@ -33,17 +46,23 @@ def host_paced(probe: ProbeResult) -> bool:
 
 def in_turn_why(backend: ProbeBackend, reference: ProbeResult, settings: dict[str, Any]) -> str | None:
     """Why `settings` is compared with `reference` one after the other although the two could share a lockstep
-    pair otherwise (results.json `extra.in_turn`): its pin_memory on steps timed by the host clock; None else."""
-    if not (backend.can_pair and together(reference.settings, settings)) or together(
-            reference.settings, settings, host_paced(reference)):
+    pair otherwise (results.json `extra.in_turn`): a step its loader workers pace, or its pin_memory on steps
+    timed by the host clock; None else."""
+    if not (backend.can_pair and together(reference.settings, settings)):
+        return None
+    if loader_paced(reference):
+        return (f"compared one after the other: the step waits for its loader workers "
+                f"{reference.data_wait_frac():.0%} of its time, and side by side the loaders' pace under turns "
+                f"would be measured, not the settings'")
+    if together(reference.settings, settings, host_paced(reference)):
         return None
     return ("pin_memory is compared one after the other: these steps are timed on the host clock, which waits for "
             "the GPU every step and so measures away the overlap pinned memory buys")
 
 
 def pairs(backend: ProbeBackend, reference: ProbeResult, candidate: ProbeResult) -> bool:
-    """Whether a duel of these two probes' settings would run in lockstep (`can_pair`)."""
-    return can_pair(backend, reference, candidate.settings, held(candidate))
+    """Whether a duel of these two probes' settings would run in lockstep (`can_pair`, neither loader-paced)."""
+    return can_pair(backend, reference, candidate.settings, held(candidate)) and not loader_paced(candidate)
 
 
 def held(probe: ProbeResult) -> int:
