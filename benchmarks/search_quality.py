@@ -28,6 +28,7 @@ in DIR are reused, so an interrupted benchmark goes on where it stopped; a new D
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -40,6 +41,7 @@ from tune_advisor.errors import UsageError
 from tune_advisor.planner.ratios import pair_ratio
 from tune_advisor.planner.confirm import LOCKSTEP_MAX_STEP_RATIO, step_ratio
 from tune_advisor.planner.keep import together
+from tune_advisor.planner.pairing import loader_paced
 from tune_advisor.probe import lockstep
 from tune_advisor.probe.result import ProbeResult
 from tune_advisor.probe.runner import run_probe
@@ -87,14 +89,20 @@ def saved_run(folder: Path, strategy: str) -> api.Analysis | None:
 def remeasure(path: Path, reference: dict, candidate: dict, workdir: Path, measured: list[ProbeResult]) -> dict:
     """candidate/reference throughput over ROUNDS (in turn: ROUNDS_IN_TURN) rounds:
     {"median", "low", "high", "rounds", "how"}. In lockstep only where the confirmation would pair them: the same
-    loader, and steps (from their earlier probes, `measured`) at most LOCKSTEP_MAX_STEP_RATIO apart, as lockstep
-    reads the longer steps high beyond it (planner/confirm.py)."""
+    loader, not one whose workers pace the step (`pairing.loader_paced`), and steps (from their earlier probes,
+    `measured`) at most LOCKSTEP_MAX_STEP_RATIO apart, as lockstep reads the longer steps high beyond it
+    (planner/confirm.py). Kept in `workdir` (remeasure-<key>.json): asking again for the same two settings reads it."""
     if reference == candidate:
         return {"median": 1.0, "low": 1.0, "high": 1.0, "rounds": [], "how": "same settings"}
+    key = hashlib.sha1(json.dumps([reference, candidate], sort_keys=True).encode()).hexdigest()[:12]
+    kept = workdir / f"remeasure-{key}.json"
+    if kept.exists():
+        return json.loads(kept.read_text())
     info = api.inspect_workload(path, "cpu", workdir)
     earlier = [next((p for p in measured if p.ok and p.settings == s), None) for s in (reference, candidate)]
     apart = None not in earlier and step_ratio(*earlier) > LOCKSTEP_MAX_STEP_RATIO
-    paired = together(reference, candidate) and not apart
+    paced = any(p is not None and loader_paced(p) for p in earlier)
+    paired = together(reference, candidate) and not apart and not paced
     ratios = []
     for i in range(ROUNDS if paired else ROUNDS_IN_TURN):
         specs = [ProbeSpec(id=f"{side}{i + 1}", workload=str(info.path), settings=settings, device="cpu",
@@ -110,8 +118,10 @@ def remeasure(path: Path, reference: dict, candidate: dict, workdir: Path, measu
         if failed:
             raise RuntimeError(f"{path.name}: re-measuring failed: {failed[0].status.value} {failed[0].error}")
         ratios.append(pair_ratio([tuple(results)], waves=(results[0].wave, results[1].wave))[0])
-    return {"median": float(np.median(ratios)), "low": min(ratios), "high": max(ratios), "rounds": ratios,
-            "how": "lockstep" if paired else "in turn"}
+    found = {"median": float(np.median(ratios)), "low": min(ratios), "high": max(ratios), "rounds": ratios,
+             "how": "lockstep" if paired else "in turn"}
+    kept.write_text(json.dumps(found))
+    return found
 
 
 def interval(ratio: dict) -> str:
