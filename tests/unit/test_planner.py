@@ -1696,11 +1696,9 @@ def test_without_time_for_its_pairs_the_ablation_decides_on_the_searchs_measures
     assert kept.settings["optimizer_impl"] == "default" and kept.settings["amp"] == "bf16"
 
 
-def test_an_ablation_on_the_searchs_measures_names_the_probes_its_figure_rests_on():
-    from tune_advisor.planner import ablation
-
-    # GIVEN a search that screened bf16 (p002) and bf16 with the fused optimizer (p003), then dueled the two in
-    # lockstep (p004/p005), and a budget already spent
+def _bf16_fused_session():
+    """A session on a fake where bf16 is 1.25x and the fused optimizer 1.10x, with a 10 s budget and its
+    baseline measured: (session, clock, baseline probe)."""
     def rate(s):
         return 1000.0 * (1.25 if s["amp"] == "bf16" else 1.0) * (1.10 if s["optimizer_impl"] == "fused" else 1.0)
 
@@ -1708,6 +1706,15 @@ def test_an_ablation_on_the_searchs_measures_names_the_probes_its_figure_rests_o
     session = Session(FakeBackend(rate, jitter=0.002), budget_s=10.0, clock=clock)
     base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
     session.ledger.start_from(base)
+    return session, clock, base
+
+
+def test_an_ablation_on_the_searchs_measures_names_the_probes_its_figure_rests_on():
+    from tune_advisor.planner import ablation
+
+    # GIVEN a search that screened bf16 (p002) and bf16 with the fused optimizer (p003), then dueled the two in
+    # lockstep (p004/p005), and a budget already spent
+    session, clock, base = _bf16_fused_session()
     amp = session.run({**base.settings, "amp": "bf16"}, "knob:amp")
     winner = session.run({**amp.settings, "optimizer_impl": "fused"}, "knob:optimizer_impl")
     pair = session.duel(amp, winner)
@@ -1718,7 +1725,7 @@ def test_an_ablation_on_the_searchs_measures_names_the_probes_its_figure_rests_o
     # THEN the fused optimizer's figure is its lockstep duel's, and so are the probes it names (not p002/p003)
     fused = next(r for r in records if r["knob"] == "optimizer_impl")
     assert fused["probes"] == [pair[0].id, pair[1].id] == ["p004", "p005"]
-    assert fused["method"] == "from the search's measures in lockstep (over budget to re-measure)"
+    assert fused["method"] == "from the search's measures in lockstep, over budget to re-measure"
     assert any("optimizer_impl=fused contributes" in d and "p004/p005" in d for d in decisions), decisions
 
 
@@ -1727,13 +1734,7 @@ def test_without_time_or_a_probe_without_it_the_ablation_quotes_the_figure_the_s
 
     # GIVEN a search that kept bf16 over the baseline (25% faster), then the fused optimizer on top of it, and no
     # probe of the fused optimizer without bf16, with the budget spent
-    def rate(s):
-        return 1000.0 * (1.25 if s["amp"] == "bf16" else 1.0) * (1.10 if s["optimizer_impl"] == "fused" else 1.0)
-
-    clock = FakeClock()
-    session = Session(FakeBackend(rate, jitter=0.002), budget_s=10.0, clock=clock)
-    base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
-    session.ledger.start_from(base)
+    session, clock, base = _bf16_fused_session()
     bf16 = session.run({**base.settings, "amp": "bf16"}, "knob:amp")
     session.ledger.note_keep(base, bf16, compare.gain(session.ledger, base, bf16))
     winner = session.run({**bf16.settings, "optimizer_impl": "fused"}, "knob:optimizer_impl")
@@ -1747,7 +1748,7 @@ def test_without_time_or_a_probe_without_it_the_ablation_quotes_the_figure_the_s
     amp = {r["knob"]: r for r in records}["amp"]
     assert amp["kept"] is True and amp["probes"] == [base.id, bf16.id]
     assert amp["contribution"]["median"] == pytest.approx(1.25, rel=0.02) and amp["contribution"]["ci_low"] > 1.0
-    assert amp["method"] == "from the search's keep of amp=bf16 beside the baseline (over budget to re-measure)"
+    assert amp["method"] == "from the search's keep of amp=bf16 beside the baseline, over budget to re-measure"
     assert kept.settings == winner.settings and len(session.ledger.probes) == 3
 
 

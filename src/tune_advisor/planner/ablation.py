@@ -99,7 +99,7 @@ def _measure(session, base: ProbeResult, current: ProbeResult, name: str, left: 
         record["probes"] = [i for pair in pairs for i in pair]
         how = {"lockstep": "in lockstep", "in turn": "in turn"}.get(kind, "measured separately")
         return (seen, compare.gain(session.ledger, seen, current), pays,
-                f"from the search's measures {how} (over budget to re-measure)")
+                f"from the search's measures {how}, over budget to re-measure")
     keep = _kept_on(session, name, current.settings[name])
     if keep is None:
         record.update(kept=True, why="not measured: over budget, and no probe without it to compare")
@@ -109,8 +109,8 @@ def _measure(session, base: ProbeResult, current: ProbeResult, name: str, left: 
     # at 0.97x, "leave it off", while the recommendation held it).
     beside = "the baseline" if keep["beside"] == base.settings else knobs.describe(keep["beside"], base.settings)
     record.update(probes=keep["probes"], beside=beside)
-    return None, keep["gain"], True, (f"from the search's keep of {keep['change']} beside {beside} "
-                                      "(over budget to re-measure)")
+    return None, keep["gain"], True, (f"from the search's keep of {keep['change']} beside {beside}, "
+                                      "over budget to re-measure")
 
 
 def _pooled(session, base: ProbeResult, current: ProbeResult, name: str, without: ProbeResult | None, gain: Gain,
