@@ -1246,6 +1246,27 @@ def test_a_change_beside_loader_workers_that_pace_the_step_is_measured_in_turn_a
     assert len(backend.pairs) == 1 and "in_turn" not in larger.extra
 
 
+def test_a_loader_knobs_screen_that_computed_far_slower_than_its_reference_is_measured_again_not_dropped():
+    # GIVEN persistent workers truly 2x faster on a loader-bound step, but their screen run while something else
+    # held the cores (0.2x: the step outside its data wait 2.5x as long per item)
+    def rate(s):
+        return {"rate": 6000.0 if s["persistent_workers"] else 3000.0, "wait": 0.85}
+
+    slow = {"knob:persistent_workers", "knob:amp"}
+    backend = FakeBackend(rate, moment=lambda s, role: 0.2 if role in slow else 1.0)
+    session = Session(backend, clock=FakeClock())
+    best = session.run(knobs.full_settings({"batch_size": 32, "num_workers": 8}), "ladder:num_workers")
+    alive = session.run({**best.settings, "persistent_workers": True}, "knob:persistent_workers")
+    assert compare.gain(session.ledger, best, alive)[0] < compare.LOADER_DUEL_FROM
+    # WHEN it is judged against the best  THEN both were measured again, and the gain was kept
+    assert session.beats(best, alive)
+    rechecks = [p.role for p in session.ledger.probes][2:]
+    assert rechecks and set(rechecks) == {"recheck"}
+    # AND a screen of a change that computes differently (bf16) is not second-guessed: its loss decides alone
+    bf16 = session.run({**best.settings, "amp": "bf16"}, "knob:amp")
+    assert not session.beats(best, bf16) and session.ledger.probes[-1] is bf16
+
+
 def test_a_new_setting_that_keeps_the_loader_is_measured_beside_the_best_in_one_pair():
     # GIVEN a backend measuring pairs together, and a probe of bf16 on its own would run in a fast moment (1.3x)
     backend, clock = FakeBackend(lambda s: 1000.0, moment=lambda s, role: 1.3 if s["amp"] == "bf16" else 1.0), \

@@ -27,6 +27,12 @@ Gain = tuple[float, float, float]  # (median, ci_low, ci_high) of a throughput r
 # gain: no swing of the machine makes that much.
 DUEL_FROM = 0.9
 LOADER_DUEL_FROM = 0.75  # a loader-bound pipeline is bursty: its short screening probes swing further
+# persistent_workers and prefetch_factor change when the loader's workers run, not what the training step computes,
+# so a screen of one whose step, outside its data wait, took this many times its reference's per item ran beside
+# something else on the machine (`disturbed`), and is measured again rather than dropped: one 1-minute io_bound run
+# screened persistent workers at 0.62x of 32 workers, its step computing 8.7x as long per item (waiting 25% where
+# its reference waited 86%), and dropped them; undisturbed runs read them 1.9-2.0x.
+DISTURBED_COMPUTE = 2.0
 CLEAR_GAIN = 1.5
 # A duel's probes measure at most this long: a lockstep ratio that can settle does so in a second or two, and a
 # duel in turn adds one run to each side's runs, whose spread measures the noise (a loader-bound probe would
@@ -198,6 +204,25 @@ def common_kind(ledger, *settings: dict[str, Any]) -> bool | None:
         if all(ledger.runs(s, paired) for s in settings):
             return paired
     return None
+
+
+def disturbed(reference: ProbeResult, candidate: ProbeResult) -> bool:
+    """Whether one of two probes differing only in when the loader's workers run (knobs.LOADER_KNOBS) computed
+    DISTURBED_COMPUTE times as long per item outside its data wait as the other: the machine, not the setting."""
+    changed = {k for k in {*reference.settings, *candidate.settings}
+               if reference.settings.get(k) != candidate.settings.get(k)}
+    if not changed or not changed <= set(knobs.LOADER_KNOBS):
+        return False
+    a, b = compute_per_item(reference), compute_per_item(candidate)
+    return a > 0 and b > 0 and max(a, b) > DISTURBED_COMPUTE * min(a, b)
+
+
+def compute_per_item(probe: ProbeResult) -> float:
+    """Seconds per item of `probe`'s measured steps outside their data wait; 0 where it measured none."""
+    items = sum(probe.items)
+    if not (probe.ok and probe.step_s and items > 0):
+        return 0.0
+    return sum(probe.step_s) * (1 - (probe.data_wait_frac() or 0.0)) / items
 
 
 def gain_pairs(ledger, reference: ProbeResult, candidate: ProbeResult) -> tuple[str, list[tuple[str, str]]]:

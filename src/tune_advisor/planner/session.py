@@ -172,7 +172,8 @@ class Session:
               second_look: bool = False) -> bool:
         """A gain larger than the noise: at least MIN_GAIN, and the ratio's 95% CI excludes 1.
 
-        Separate probes decide only the clear cases (a ratio under `duel_from`, or from CLEAR_GAIN). Between
+        Separate probes decide only the clear cases (a ratio under `duel_from`, or from CLEAR_GAIN), and not where
+        the machine disturbed one of them (`compare.disturbed`). Between
         them both are measured again in a duel, together in lockstep where they can be; a comparison whose CI
         cannot yet tell a loss from a gain has at least MIN_DUELS_UNDECIDED, and a gain still promising but
         inconclusive after them (loader-bound probes are bursty) earns another, up to MAX_DUELS, while the budget
@@ -182,8 +183,10 @@ class Session:
         ledger = self.ledger
         median, low, high = compare.gain(ledger, reference, candidate)
         unknown = median != median  # failed, or no measures of one kind (alone / paired) on both sides
-        if (unknown and not (reference.ok and candidate.ok)) or median < duel_from or (
-                median >= CLEAR_GAIN and low >= 1 + MIN_GAIN):
+        # screens the machine disturbed decide nothing alone, a loss or a clear gain
+        screens_decide = not (compare.disturbed(reference, candidate) and not compare.dueled(ledger, reference, candidate))
+        if (unknown and not (reference.ok and candidate.ok)) or (screens_decide and (median < duel_from or (
+                median >= CLEAR_GAIN and low >= 1 + MIN_GAIN))):
             return self._decided(reference, candidate)
         while (asked := compare.asked(ledger, reference, candidate)) < (
                 MAX_DUELS_SECOND_LOOK if second_look else MAX_DUELS_AMPLE):
