@@ -263,12 +263,38 @@ def test_a_tie_that_opens_knobs_the_best_rules_out_is_explored_on_top_of(beside_
     assert more is not None and "batch_size beside num_workers=2 (a tie with (baseline))" in more.untried
 
 
+def test_a_gain_one_round_tells_from_the_noise_keeps_back_one_round_and_confirms_on_it_when_no_more_fits():
+    from tune_advisor.planner.confirm import confirm, reserve_s
+
+    # GIVEN loader workers kept at 10x over the baseline (measured in turn), and a budget that holds one round of
+    # the confirmation after them, not two
+    clock = FakeClock()
+    session = Session(FakeBackend(lambda s: 10_000.0 if s["num_workers"] else 1_000.0, clock=clock), 60.0,
+                      clock=clock)
+    base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
+    session.ledger.start_from(base)
+    workers = session.run({**base.settings, "num_workers": 8}, "ladder:num_workers")
+    session.ledger.note_keep(base, workers, compare.gain(session.ledger, base, workers))
+    session.ledger.keep_best(workers)
+    one = reserve_s(False, session.budget.fresh_parent_s, base, workers, 1)
+    # THEN the plan keeps back one round for it, not two
+    assert session.budget.confirmation_s() == pytest.approx(one)
+    # WHEN the confirmation runs with one round's time left
+    session.budget.limit_s = clock.now + one + 1.0
+    kept, speedup = confirm(session, base, workers, notes := [])
+    # THEN one round ran, within the budget, and confirmed the gain with an interval resting on the rounds' spread
+    assert kept is workers and "1 round" in speedup["method"] and speedup["ci_low"] > 5.0
+    assert len([p for p in session.ledger.probes if p.role.startswith("confirm:")]) == 2
+    assert clock.now <= session.budget.limit_s + 1e-9
+
+
 def test_the_confirmation_keeps_back_the_rounds_that_could_tell_the_kept_gain_from_noise():
     from tune_advisor.planner.confirm import CONFIRM_MIN_ROUNDS, RESERVE_MAX_ROUNDS, rounds_to_tell
 
-    # THEN two rounds for a gain they can tell (about 1.3x and up at the rounds' pooled spread), more for a smaller
-    # one, and the least again where not even RESERVE_MAX_ROUNDS could tell it, or nothing is known
-    assert rounds_to_tell(1.5) == rounds_to_tell(3.0) == CONFIRM_MIN_ROUNDS
+    # THEN one round for a gain one tells at the rounds' spread (about 1.49x and up), two from about 1.3x, more for
+    # a smaller one, and the least again where not even RESERVE_MAX_ROUNDS could tell it, or nothing is known
+    assert rounds_to_tell(1.5) == rounds_to_tell(11.0) == 1
+    assert rounds_to_tell(1.45) == rounds_to_tell(1.31) == CONFIRM_MIN_ROUNDS
     assert CONFIRM_MIN_ROUNDS < rounds_to_tell(1.25) < rounds_to_tell(1.2) < rounds_to_tell(1.15) <= RESERVE_MAX_ROUNDS
     assert rounds_to_tell(1.1) == rounds_to_tell(None) == rounds_to_tell(float("nan")) == CONFIRM_MIN_ROUNDS
 
@@ -2686,7 +2712,7 @@ def test_a_run_the_budget_ends_says_why_each_knob_went_untried_and_never_that_an
     assert "num_workers: over budget" in outcome.unexplored
 
     # GIVEN a budget that affords bf16 but not compile's allowance once compile's turn comes
-    outcome, backend = run_plan(cnn_rate, explore=("compile", "amp"), budget_s=60)
+    outcome, backend = run_plan(cnn_rate, explore=("compile", "amp"), budget_s=45)
     assert all(c["compile"] == "off" for c in backend.calls)
     # THEN compile is not said to have lost ("no value beat"): nothing of it was measured
     assert "compile: nothing measured: over budget" in outcome.decisions
@@ -2695,12 +2721,12 @@ def test_a_run_the_budget_ends_says_why_each_knob_went_untried_and_never_that_an
 
 
 def test_what_more_time_would_have_tried_is_the_budgets_cuts_never_the_plans_reasoned_skips():
-    # GIVEN 5 s probes and a 45 s budget: bf16 and channels_last kept, then the budget ends the plan; num_workers,
+    # GIVEN 5 s probes and a 38 s budget: bf16 and channels_last kept, then the budget ends the plan; num_workers,
     # checkpointing and matmul_precision skipped for their reasons
-    outcome, _ = run_plan(cnn_rate, budget_s=45)
+    outcome, _ = run_plan(cnn_rate, budget_s=38)
     assert any(u.startswith("num_workers: the step waits for data only") for u in outcome.unexplored)
     # THEN more time would have tried the knobs the budget cut, each once, in the plan's order, and no other
-    more = more_time([*outcome.unexplored, "compile: over budget"], 45,
+    more = more_time([*outcome.unexplored, "compile: over budget"], 38,
                      [p.settings for p in outcome.probes if p.ok], outcome.baseline.settings)
     assert more.cut == more.untried == ["batch_size", "compile"]
     # AND its thorough plan is the 10-minute one

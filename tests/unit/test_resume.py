@@ -106,7 +106,9 @@ def test_a_plan_that_takes_another_path_discards_the_rest_and_numbers_on():
     # THEN the replay stops where the plan differs; the probes not asked for again are discarded
     reused, discarded = again.ledger.reused, again.ledger.discarded
     assert reused and discarded and len(reused) + len(discarded) == len(saved)
-    assert again.ledger.probes[len(again.ledger.reused)].role != saved[len(again.ledger.reused)][0]["role"]
+    differs = again.ledger.probes[len(again.ledger.reused)]
+    was = saved[len(again.ledger.reused)][0]
+    assert (differs.role, differs.settings) != (was["role"], was["settings"])
     # AND the plan goes on live (its confirmation runs), numbering on from the last probe kept
     assert len(backend.calls) > 12 and outcome.speedup is not None and not again.ledger.replaying
     ids = [p.id for p in again.ledger.probes]
