@@ -41,7 +41,7 @@ from tune_advisor.errors import UsageError
 from tune_advisor.planner.ratios import pair_ratio
 from tune_advisor.planner.confirm import LOCKSTEP_MAX_STEP_RATIO, step_ratio
 from tune_advisor.planner.keep import together
-from tune_advisor.planner.pairing import loader_paced
+from tune_advisor.planner.pairing import computes_loading, loader_paced
 from tune_advisor.probe import lockstep
 from tune_advisor.probe.result import ProbeResult
 from tune_advisor.probe.runner import run_probe
@@ -89,8 +89,8 @@ def saved_run(folder: Path, strategy: str) -> api.Analysis | None:
 def remeasure(path: Path, reference: dict, candidate: dict, workdir: Path, measured: list[ProbeResult]) -> dict:
     """candidate/reference throughput over ROUNDS (in turn: ROUNDS_IN_TURN) rounds:
     {"median", "low", "high", "rounds", "how"}. In lockstep only where the confirmation would pair them: the same
-    loader, not one whose workers pace the step (`pairing.loader_paced`), and steps (from their earlier probes,
-    `measured`) at most LOCKSTEP_MAX_STEP_RATIO apart, as lockstep reads the longer steps high beyond it
+    loader, not one whose workers pace the step on loading that waits (`pairing.loader_paced`), and steps (from
+    their earlier probes, `measured`) at most LOCKSTEP_MAX_STEP_RATIO apart, as lockstep reads the longer steps high beyond it
     (planner/confirm.py). Kept in `workdir` (remeasure-<key>.json): asking again for the same two settings reads it."""
     if reference == candidate:
         return {"median": 1.0, "low": 1.0, "high": 1.0, "rounds": [], "how": "same settings"}
@@ -101,7 +101,8 @@ def remeasure(path: Path, reference: dict, candidate: dict, workdir: Path, measu
     info = api.inspect_workload(path, "cpu", workdir)
     earlier = [next((p for p in measured if p.ok and p.settings == s), None) for s in (reference, candidate)]
     apart = None not in earlier and step_ratio(*earlier) > LOCKSTEP_MAX_STEP_RATIO
-    paced = any(p is not None and loader_paced(p) for p in earlier)
+    computes = computes_loading(next((p for p in measured if p.role == "baseline"), None))
+    paced = any(p is not None and loader_paced(p, computes) for p in earlier)
     paired = together(reference, candidate) and not apart and not paced
     ratios = []
     for i in range(ROUNDS if paired else ROUNDS_IN_TURN):

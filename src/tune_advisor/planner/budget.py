@@ -184,7 +184,8 @@ class Budget:
         best = self.ledger.best if self.ledger.best is not None else self._fastest_over(base)
         if best is None:  # nothing to confirm yet: the time goes to exploring (issue 63: 1-minute runs ended with
             return 0.0  # knobs "over budget" and a third of the budget held back for a confirmation never run)
-        confirming = reserve_s(pairing.pairs(self.backend, base, best), self.fresh_parent_s, base, best,
+        confirming = reserve_s(pairing.pairs(self.backend, base, best, pairing.computes_loading(base)),
+                               self.fresh_parent_s, base, best,
                                rounds_to_tell(self.ledger.kept_gain(best)))
         return confirming + self.ablation_pair_s() * ablations
 

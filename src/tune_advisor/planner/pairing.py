@@ -13,28 +13,44 @@ from ..probe.result import ProbeResult
 from .keep import LOADER_BOUND, together, without
 
 
-def can_pair(backend: ProbeBackend, reference: ProbeResult, settings: dict[str, Any], peak: float | None) -> bool:
+# A baseline whose loading thread (no workers) was on a CPU this share of its fetches' wall time or more loads by
+# computing (decoding, augmenting): augment_cpu's read 0.57-0.99, io_bound's (storage latency) 0.05-0.1.
+LOADING_COMPUTES = 0.5
+
+
+def can_pair(backend: ProbeBackend, reference: ProbeResult, settings: dict[str, Any], peak: float | None,
+             loading_computes: bool = False) -> bool:
     """Whether `backend` can measure `reference` beside `settings` (whose probe peaks at `peak` bytes) in a
     lockstep pair: not where it cannot pair at all (DDP, --executor ray), with different loaders (see
-    `together`), where `reference`'s loader workers pace its step (`loader_paced`), or where both would not fit
-    in memory at once (`backend.pair_memory_bytes`). Both sides count what their process holds (`held`): on a
-    GPU a caching allocator keeps freed blocks reserved."""
+    `together`), where `reference`'s loader workers pace its step (`loader_paced`; `loading_computes`: see
+    `computes_loading`), or where both would not fit in memory at once (`backend.pair_memory_bytes`). Both sides
+    count what their process holds (`held`): on a GPU a caching allocator keeps freed blocks reserved."""
     if not (backend.can_pair and together(reference.settings, settings, host_paced(reference))):
         return False
-    if loader_paced(reference):
+    if loader_paced(reference, loading_computes):
         return False
     room = backend.pair_memory_bytes
     return not (room and held(reference) + (peak or 0) > room)
 
 
-def loader_paced(probe: ProbeResult) -> bool:
-    """Whether `probe`'s step waits for its loader workers LOADER_BOUND of its time or more. A lockstep pair then
-    measures the loaders' pace under turns, not the settings': the paused side's workers are paused too, but the
-    I/O they wait on goes on, and each turn switch costs a step's worth of handing over. On io_bound (32 loader
-    workers, the steps waiting 80-90% alone) batch 32 read 1,516 samples/s in a pair beside batch 128, where it
-    read 5,850-6,050 alone; a pair beside batch 16 had read 16 at 1.09-1.20x of 32, where alone it read about
-    0.7x."""
-    return (probe.settings.get("num_workers") or 0) > 0 and (probe.data_wait_frac() or 0.0) >= LOADER_BOUND
+def computes_loading(baseline: ProbeResult | None) -> bool:
+    """Whether the workload's loading is CPU work: its baseline, loading without workers, kept its loading thread
+    on a CPU LOADING_COMPUTES of its fetches' time or more (`extra.fetch_cpu_frac`); False where unknown."""
+    share = baseline.extra.get("fetch_cpu_frac") if baseline is not None else None
+    return share is not None and share >= LOADING_COMPUTES
+
+
+def loader_paced(probe: ProbeResult, loading_computes: bool = False) -> bool:
+    """Whether `probe`'s step waits for its loader workers LOADER_BOUND of its time or more, loading that waits
+    for storage rather than computes (`loading_computes`: `computes_loading`). A lockstep pair then measures the
+    loaders' pace under turns, not the settings': the paused side's workers are paused too, but the I/O they
+    wait on goes on. On io_bound (32 loader workers, the steps waiting 80-90% alone) batch 32 read 1,516
+    samples/s in a pair beside batch 128, where it read 5,850-6,050 alone; a pair beside batch 16 had read 16 at
+    1.09-1.20x of 32, where alone it read about 0.7x. Loading that computes stops with its paused process
+    group, and pairs compare fairly: augment_cpu's ladder read batch 128 beside 2 workers at 1.43x in lockstep,
+    and its confirmations in turn agreed."""
+    return ((probe.settings.get("num_workers") or 0) > 0 and (probe.data_wait_frac() or 0.0) >= LOADER_BOUND
+            and not loading_computes)
 
 
 def host_paced(probe: ProbeResult) -> bool:
@@ -44,25 +60,28 @@ def host_paced(probe: ProbeResult) -> bool:
     return probe.extra.get("step_clock") != device_clock.DEVICE
 
 
-def in_turn_why(backend: ProbeBackend, reference: ProbeResult, settings: dict[str, Any]) -> str | None:
+def in_turn_why(backend: ProbeBackend, reference: ProbeResult, settings: dict[str, Any],
+                loading_computes: bool = False) -> str | None:
     """Why `settings` is compared with `reference` one after the other although the two could share a lockstep
-    pair otherwise (results.json `extra.in_turn`): a step its loader workers pace, or its pin_memory on steps
-    timed by the host clock; None else."""
+    pair otherwise (results.json `extra.in_turn`): a step its loader workers pace (`loader_paced`), or its
+    pin_memory on steps timed by the host clock; None else."""
     if not (backend.can_pair and together(reference.settings, settings)):
         return None
-    if loader_paced(reference):
+    if loader_paced(reference, loading_computes):
         return (f"compared one after the other: the step waits for its loader workers "
-                f"{reference.data_wait_frac():.0%} of its time, and side by side the loaders' pace under turns "
-                f"would be measured, not the settings'")
+                f"{reference.data_wait_frac():.0%} of its time, loading that waits for storage, and side by side "
+                f"the loaders' pace under turns would be measured, not the settings'")
     if together(reference.settings, settings, host_paced(reference)):
         return None
     return ("pin_memory is compared one after the other: these steps are timed on the host clock, which waits for "
             "the GPU every step and so measures away the overlap pinned memory buys")
 
 
-def pairs(backend: ProbeBackend, reference: ProbeResult, candidate: ProbeResult) -> bool:
+def pairs(backend: ProbeBackend, reference: ProbeResult, candidate: ProbeResult,
+          loading_computes: bool = False) -> bool:
     """Whether a duel of these two probes' settings would run in lockstep (`can_pair`, neither loader-paced)."""
-    return can_pair(backend, reference, candidate.settings, held(candidate)) and not loader_paced(candidate)
+    return (can_pair(backend, reference, candidate.settings, held(candidate), loading_computes)
+            and not loader_paced(candidate, loading_computes))
 
 
 def held(probe: ProbeResult) -> int:

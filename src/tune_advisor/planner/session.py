@@ -84,13 +84,14 @@ class Session:
 
     def pairs(self, reference: ProbeResult, candidate: ProbeResult) -> bool:
         """Whether a duel of these two probes' settings would run in lockstep (`pairing.pairs`)."""
-        return pairing.pairs(self.backend, reference, candidate)
+        return pairing.pairs(self.backend, reference, candidate, pairing.computes_loading(self.ledger.baseline))
 
     def _can_pair(self, reference: ProbeResult, settings: Settings) -> bool:
         """Whether `settings`, not necessarily measured yet, would run in lockstep beside `reference`, with its
         peak memory estimated where it was not measured (`pairing.estimated_peak`)."""
         peak = pairing.estimated_peak(self.ledger.seen(settings), self.ledger.probes, settings, reference)
-        return pairing.can_pair(self.backend, reference, settings, peak)
+        return pairing.can_pair(self.backend, reference, settings, peak,
+                                pairing.computes_loading(self.ledger.baseline))
 
     def duel(self, reference: ProbeResult, candidate: ProbeResult | Settings,
              roles: tuple[str, str] = (DUEL_ROLE, DUEL_ROLE), first: int = 0,
@@ -120,7 +121,7 @@ class Session:
     def _in_turn(self, reference: ProbeResult, settings: Settings, result: ProbeResult) -> ProbeResult:
         """`result`, measured one after the other with `reference`, with why where the two could otherwise have
         shared a lockstep pair (`extra.in_turn`: pairing.in_turn_why), so the report says how they were compared."""
-        why = pairing.in_turn_why(self.backend, reference, settings)
+        why = pairing.in_turn_why(self.backend, reference, settings, pairing.computes_loading(self.ledger.baseline))
         if why is not None:
             result.extra["in_turn"] = why
         return result
