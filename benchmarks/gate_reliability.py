@@ -94,7 +94,8 @@ def describe(result) -> str:
                          f"(worst case {check['figures']['worst_case']:.3f})")
         else:
             parts.append(f"{check['check']} {check['status']}")
-    return "; ".join(parts)
+    # rounds beyond --rounds: a check was undecided (beyond its allowed change, not significantly)
+    return "; ".join(parts) + f"; {result.document.get('rounds_measured', '?')} rounds"
 
 
 def main(argv: list[str]) -> int:
