@@ -10,7 +10,10 @@ least FIRST + 2 rounds, the interval the confirmation would state from its first
 size (Student's t over the spread pooled with the prior as ROUND_SPREAD_DF degrees of freedom), and whether it holds
 the mean of the rounds after them: a prediction, so a calibrated 95% CI holds it less than 95% of the time.
 
-    python benchmarks/round_spread.py DIR [DIR ...] [--fixtures-only] [--priors 0.06,0.08,0.11,0.15]
+    python benchmarks/round_spread.py DIR [DIR ...] [--fixtures-only] [--priors 0.06,0.08,0.11,0.15] [--exploration]
+
+`--exploration`: the search's duels in turn instead (each comparison's rounds one record), the spread a duel in turn
+pools with ROUND_SPREAD today (planner/compare.py).
 
 `--fixtures-only`: only runs of the shipped fixtures (fixtures/*.py) outside pytest's folders (the test suite's
 workloads are built to fail or hang, and run on a machine busy with the tests). Prints the CPU model and flags first:
@@ -51,9 +54,9 @@ def _kind(a: dict, b: dict) -> str:
     return "timed turns" if max(max(s.get("turns") or [1]) for s in sides) > TIMED_TURN_STEPS else "step by step"
 
 
-def confirmations(folders: list[Path], fixtures_only: bool) -> list[dict]:
-    """One record per confirmation of two or more finished rounds: {kind, logs, workload, file, cpu}."""
-    seen, found = set(), []
+def _documents(folders: list[Path], fixtures_only: bool):
+    """(path, probes, workload, cpu) of each results.json under `folders`, one copy of each."""
+    seen = set()
     for path in sorted(f for folder in folders for f in folder.rglob("results.json")):
         try:
             raw = path.read_bytes()
@@ -68,6 +71,13 @@ def confirmations(folders: list[Path], fixtures_only: bool) -> list[dict]:
         workload = Path(str((doc.get("workload") or {}).get("path", ""))).stem
         if fixtures_only and (workload not in FIXTURES or "pytest-of-" in str(path)):
             continue
+        yield path, probes, workload, (doc.get("environment") or {}).get("cpu_model")
+
+
+def confirmations(folders: list[Path], fixtures_only: bool) -> list[dict]:
+    """One record per confirmation of two or more finished rounds: {kind, logs, workload, file, cpu}."""
+    found = []
+    for path, probes, workload, cpu in _documents(folders, fixtures_only):
         sides = {role: [p for p in probes if p.get("role") == role and p.get("status") == "ok" and _rate(p) > 0]
                  for role in ("confirm:baseline", "confirm:recommended")}
         pairs = list(zip(sides["confirm:baseline"], sides["confirm:recommended"]))
@@ -75,8 +85,31 @@ def confirmations(folders: list[Path], fixtures_only: bool) -> list[dict]:
         if len(pairs) < 2 or len(kinds) != 1:
             continue
         found.append({"kind": kinds.pop(), "logs": [math.log(_rate(b) / _rate(a)) for a, b in pairs],
-                      "workload": workload, "file": str(path),
-                      "cpu": (doc.get("environment") or {}).get("cpu_model")})
+                      "workload": workload, "file": str(path), "cpu": cpu})
+    return found
+
+
+def exploration_duels(folders: list[Path], fixtures_only: bool) -> list[dict]:
+    """One record per comparison the search dueled in turn two or more times (consecutive `recheck` probes of two
+    settings, neither in lockstep), its rounds' log ratios in one orientation: {kind, logs, workload, file, cpu}.
+    Their probes fork from the search's long-lived zygotes, a confirmation's from new ones."""
+    found = []
+    for path, probes, workload, cpu in _documents(folders, fixtures_only):
+        ok = [p for p in probes if p.get("status") == "ok" and _rate(p) > 0]
+        comparisons = defaultdict(list)
+        i = 0
+        while i + 1 < len(ok):
+            a, b = ok[i], ok[i + 1]
+            if (a.get("role") == b.get("role") == "recheck" and a.get("settings") != b.get("settings")
+                    and _kind(a, b) == "in turn"):
+                x, y = sorted((a, b), key=lambda p: json.dumps(p.get("settings"), sort_keys=True))
+                key = (json.dumps(x.get("settings"), sort_keys=True), json.dumps(y.get("settings"), sort_keys=True))
+                comparisons[key].append(math.log(_rate(y) / _rate(x)))
+                i += 2
+            else:
+                i += 1
+        found += [{"kind": "exploration in turn", "logs": logs, "workload": workload, "file": str(path), "cpu": cpu}
+                  for logs in comparisons.values() if len(logs) >= 2]
     return found
 
 
@@ -109,26 +142,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("folders", nargs="+", type=Path)
     parser.add_argument("--fixtures-only", action="store_true")
     parser.add_argument("--priors", default="0.06,0.08,0.11,0.15")
+    parser.add_argument("--exploration", action="store_true",
+                        help="the search's duels in turn, not the confirmations' rounds")
     args = parser.parse_args(argv)
     env = environment.collect("cpu")
     print(f"this machine: {env.get('cpu_model')} ({', '.join(env.get('cpu_flags') or [])}), "
           f"{env.get('cpu_count')} cores")
-    records = confirmations(args.folders, args.fixtures_only)
+    records = (exploration_duels if args.exploration else confirmations)(args.folders, args.fixtures_only)
     if not records:
-        print("no confirmation of two or more rounds found")
+        print("no comparison of two or more rounds found")
         return 1
     print("measured on: " + ", ".join(sorted({str(r["cpu"]) for r in records})))
     groups = defaultdict(list)
     for r in records:
         groups[r["kind"]].append(r)
-    print(f"{'rounds':14} {'confirmations':>13} {'df':>5} {'pooled sd':>9} {'median sd':>9} {'largest sd':>10}")
+    what = "comparisons" if args.exploration else "confirmations"
+    print(f"{'rounds':20} {what:>13} {'df':>5} {'pooled sd':>9} {'median sd':>9} {'largest sd':>10}")
     for kind, group in [*sorted(groups.items()), ("all", records)]:
         s = summary(group)
-        print(f"{kind:14} {s['confirmations']:>13} {s['df']:>5} {s['pooled_sd']:>9.3f} {s['median_sd']:>9.3f} "
+        print(f"{kind:20} {s['confirmations']:>13} {s['df']:>5} {s['pooled_sd']:>9.3f} {s['median_sd']:>9.3f} "
               f"{s['largest_sd']:>10.3f}")
     for cpu in sorted({str(r["cpu"]) for r in records}):
         s = summary([r for r in records if str(r["cpu"]) == cpu])
-        print(f"{'on ' + cpu:30} {s['confirmations']:>3} confirmations, {s['df']:>3} df, pooled sd {s['pooled_sd']:.3f}")
+        print(f"{'on ' + cpu:30} {s['confirmations']:>3} {what}, {s['df']:>3} df, pooled sd {s['pooled_sd']:.3f}")
+    if args.exploration:
+        for workload in sorted({r["workload"] for r in records}):
+            s = summary([r for r in records if r["workload"] == workload])
+            print(f"{workload:30} {s['confirmations']:>3} {what}, {s['df']:>3} df, pooled sd {s['pooled_sd']:.3f}")
     print(f"\nthe first rounds' interval (prior as {ROUND_SPREAD_DF} degrees of freedom) against the mean of the "
           "rounds after them:")
     for prior in (float(p) for p in args.priors.split(",")):
