@@ -90,8 +90,9 @@ def remeasure(path: Path, reference: dict, candidate: dict, workdir: Path, measu
     """candidate/reference throughput over ROUNDS (in turn: ROUNDS_IN_TURN) rounds:
     {"median", "low", "high", "rounds", "how"}. In lockstep only where the confirmation would pair them: the same
     loader, not one whose workers pace the step on loading that waits (`pairing.loader_paced`), and steps (from
-    their earlier probes, `measured`) at most LOCKSTEP_MAX_STEP_RATIO apart, as lockstep reads the longer steps high beyond it
-    (planner/confirm.py). Kept in `workdir` (remeasure-<key>.json): asking again for the same two settings reads it."""
+    their earlier probes, `measured`) at most LOCKSTEP_MAX_STEP_RATIO apart, as lockstep reads the longer steps
+    high beyond it (planner/confirm.py). Kept in `workdir` (remeasure-<key>.json): asking again for the same two
+    settings reads it."""
     if reference == candidate:
         return {"median": 1.0, "low": 1.0, "high": 1.0, "rounds": [], "how": "same settings"}
     key = hashlib.sha1(json.dumps([reference, candidate], sort_keys=True).encode()).hexdigest()[:12]

@@ -22,8 +22,8 @@ import pytest
 
 MARKER = "perf_budget"
 ARGUMENTS = ("workload", "baseline", "against", "min_throughput", "max_regression", "max_memory_growth",
-             "max_step_time", "checks", "settings", "rounds", "max_rounds", "device", "allow_other_hardware", "protocol",
-             "probe_timeout")
+             "max_step_time", "checks", "settings", "rounds", "max_rounds", "device", "allow_other_hardware",
+             "protocol", "probe_timeout")
 
 
 class PerfBudgetWarning(UserWarning):

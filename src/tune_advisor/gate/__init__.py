@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from .baseline import EXIT_OTHER_HARDWARE
 from .checks import parse_check, parse_checks
-from .run import (DEFAULT_CHECKS, DEFAULT_MAX_ROUNDS, DEFAULT_ROUNDS, EXIT_PASS, EXIT_REGRESSION, EXIT_UNUSABLE, GateResult,
-                  record_baseline, run_gate)
+from .run import (DEFAULT_CHECKS, DEFAULT_MAX_ROUNDS, DEFAULT_ROUNDS, EXIT_PASS, EXIT_REGRESSION, EXIT_UNUSABLE,
+                  GateResult, record_baseline, run_gate)
 
-__all__ = ["DEFAULT_CHECKS", "DEFAULT_MAX_ROUNDS", "DEFAULT_ROUNDS", "EXIT_OTHER_HARDWARE", "EXIT_PASS", "EXIT_REGRESSION",
-           "EXIT_UNUSABLE", "GateResult", "parse_check", "parse_checks", "record_baseline", "run_gate"]
+__all__ = ["DEFAULT_CHECKS", "DEFAULT_MAX_ROUNDS", "DEFAULT_ROUNDS", "EXIT_OTHER_HARDWARE", "EXIT_PASS",
+           "EXIT_REGRESSION", "EXIT_UNUSABLE", "GateResult", "parse_check", "parse_checks", "record_baseline",
+           "run_gate"]

@@ -69,10 +69,10 @@ def check_applicable(settings: dict[str, Any], info: api.Inspection, device: str
 def measure(sides: dict[str, tuple[api.Inspection, dict[str, Any]]], rounds: int, *, backend: ProbeBackend,
             device: str, protocol: Protocol, timeout_s: float, seed: int = 0, start: int = 0,
             on_probe: OnProbe | None = None) -> dict[str, list[ProbeResult]]:
-    """`rounds` probes of each side (numbered from `start` + 1: more rounds of a gate already measured), run by `backend` (executors.gate_backend). With two sides, each round runs
-    both at once in lockstep (`backend.pair`: probe/lockstep.py): they take turns step by step, so both see the same
-    state of a machine whose speed changes every few seconds; where the backend cannot pair (--executor ray), one
-    after the other.
+    """`rounds` probes of each side (numbered from `start` + 1: more rounds of a gate already measured), run by
+    `backend` (executors.gate_backend). With two sides, each round runs both at once in lockstep (`backend.pair`:
+    probe/lockstep.py): they take turns step by step, so both see the same state of a machine whose speed changes
+    every few seconds; where the backend cannot pair (--executor ray), one after the other.
 
     The steps alternate A B, B A, ... within a round, and the side that moves (or runs) first alternates between
     rounds, so neither side always follows the other (a cache warmed, a core woken up). As the analysis's

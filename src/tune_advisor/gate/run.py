@@ -93,7 +93,8 @@ def record_baseline(path: str | Path, *, rounds: int = DEFAULT_ROUNDS, settings:
 def run_gate(path: str | Path, *, baseline: str | Path | None = None, against: str | None = None,
              checks: Sequence[str] | None = None, settings: Sequence[str] | None = None,
              from_results: Path | None = None, rounds: int = DEFAULT_ROUNDS, max_rounds: int | None = None,
-             device: str = "auto", protocol: Protocol | None = None, probe_timeout: str | float = api.DEFAULT_PROBE_TIMEOUT_S,
+             device: str = "auto", protocol: Protocol | None = None,
+             probe_timeout: str | float = api.DEFAULT_PROBE_TIMEOUT_S,
              allow_other_hardware: bool = False, seed: int = 0, command: list[str] | None = None,
              on_probe: OnProbe | None = None, executor: str = "local", ray_address: str | None = None,
              as_workload: bool = False) -> GateResult:
@@ -103,7 +104,8 @@ def run_gate(path: str | Path, *, baseline: str | Path | None = None, against: s
     (`ray_address`: the cluster to join), as analyze's."""
     _check_rounds(rounds)
     if max_rounds is not None and (not isinstance(max_rounds, int) or max_rounds < rounds):
-        raise UsageError(f"--max-rounds {max_rounds}: expected a whole number of rounds, at least --rounds ({rounds})")
+        raise UsageError(f"--max-rounds {max_rounds}: expected a whole number of rounds, at least --rounds "
+                         f"({rounds})")
     max_rounds = max(rounds, DEFAULT_MAX_ROUNDS) if max_rounds is None else max_rounds
     executors.check(executor, ray_address)
     has_reference = baseline is not None or against is not None

@@ -33,9 +33,9 @@ MAX_VISITS = 3  # how often one knob may be (re-)explored: bounds the re-opening
 DEFAULT_MAX_BATCH = 4096
 WORKER_LADDER = (0, 1, 2, 4, 8, 16, 32, 64)  # when SEARCH does not name num_workers: I/O-bound loaders pay past cores
 # A ladder stops at the first step that gains less than MIN_GAIN, except the loader ladder while its best probe still
-# waits for data LOADER_BOUND of the step or more: throughput over workers is not monotonic there (one worker only moves the
-# loading out of the training process; a middle count can starve the training threads of cores while many more
-# workers, mostly asleep on I/O, pay again), so it stops only after two steps in a row that do not beat the best,
+# waits for data LOADER_BOUND of the step or more: throughput over workers is not monotonic there (one worker only
+# moves the loading out of the training process; a middle count can starve the training threads of cores while many
+# more workers, mostly asleep on I/O, pay again), so it stops only after two steps in a row that do not beat the best,
 # one of them judged in a duel, or after SCREENED_STALE steps judged by screening alone: a screen compares two
 # single probes, each in its own moment of the machine. One augment_cpu run screened 1 and 2 workers at 0.72x and
 # 0.70x of the baseline's probe, where other runs' duels measured 2 workers 1.4-1.65x faster than the baseline.
@@ -549,10 +549,7 @@ class AdaptivePlanner(Planner):
         if d is None or base is None or current.settings["batch_size"] == base.settings["batch_size"]:
             return d, ""
 
-        def compute_s(p: ProbeResult) -> float:
-            return sum(p.step_s) / len(p.step_s) * (1 - (p.data_wait_frac() or 0.0)) if p.step_s else 0.0
-
-        c0, c = compute_s(base), compute_s(current)
+        c0, c = (compare.compute_s(p) / len(p.step_s) if p.step_s else 0.0 for p in (base, current))
         if c0 <= 0 or c <= 0:
             return d, ""
         k = current.settings["batch_size"] / base.settings["batch_size"]

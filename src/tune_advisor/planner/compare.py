@@ -213,16 +213,13 @@ def disturbed(reference: ProbeResult, candidate: ProbeResult) -> bool:
                if reference.settings.get(k) != candidate.settings.get(k)}
     if not changed or not changed <= set(knobs.LOADER_KNOBS):
         return False
-    a, b = compute_per_item(reference), compute_per_item(candidate)
+    a, b = (compute_s(p) / sum(p.items) if sum(p.items) > 0 else 0.0 for p in (reference, candidate))
     return a > 0 and b > 0 and max(a, b) > DISTURBED_COMPUTE * min(a, b)
 
 
-def compute_per_item(probe: ProbeResult) -> float:
-    """Seconds per item of `probe`'s measured steps outside their data wait; 0 where it measured none."""
-    items = sum(probe.items)
-    if not (probe.ok and probe.step_s and items > 0):
-        return 0.0
-    return sum(probe.step_s) * (1 - (probe.data_wait_frac() or 0.0)) / items
+def compute_s(probe: ProbeResult) -> float:
+    """Seconds of `probe`'s measured steps outside their data wait; 0 where it measured none."""
+    return sum(probe.step_s) * (1 - (probe.data_wait_frac() or 0.0)) if probe.ok and probe.step_s else 0.0
 
 
 def gain_pairs(ledger, reference: ProbeResult, candidate: ProbeResult) -> tuple[str, list[tuple[str, str]]]:

@@ -84,14 +84,17 @@ class Session:
 
     def pairs(self, reference: ProbeResult, candidate: ProbeResult) -> bool:
         """Whether a duel of these two probes' settings would run in lockstep (`pairing.pairs`)."""
-        return pairing.pairs(self.backend, reference, candidate, pairing.computes_loading(self.ledger.baseline))
+        return pairing.pairs(self.backend, reference, candidate, self._loading_computes())
 
     def _can_pair(self, reference: ProbeResult, settings: Settings) -> bool:
         """Whether `settings`, not necessarily measured yet, would run in lockstep beside `reference`, with its
         peak memory estimated where it was not measured (`pairing.estimated_peak`)."""
         peak = pairing.estimated_peak(self.ledger.seen(settings), self.ledger.probes, settings, reference)
-        return pairing.can_pair(self.backend, reference, settings, peak,
-                                pairing.computes_loading(self.ledger.baseline))
+        return pairing.can_pair(self.backend, reference, settings, peak, self._loading_computes())
+
+    def _loading_computes(self) -> bool:
+        """Whether this workload's loading is CPU work (`pairing.computes_loading` of the plan's baseline)."""
+        return pairing.computes_loading(self.ledger.baseline)
 
     def duel(self, reference: ProbeResult, candidate: ProbeResult | Settings,
              roles: tuple[str, str] = (DUEL_ROLE, DUEL_ROLE), first: int = 0,
@@ -121,7 +124,7 @@ class Session:
     def _in_turn(self, reference: ProbeResult, settings: Settings, result: ProbeResult) -> ProbeResult:
         """`result`, measured one after the other with `reference`, with why where the two could otherwise have
         shared a lockstep pair (`extra.in_turn`: pairing.in_turn_why), so the report says how they were compared."""
-        why = pairing.in_turn_why(self.backend, reference, settings, pairing.computes_loading(self.ledger.baseline))
+        why = pairing.in_turn_why(self.backend, reference, settings, self._loading_computes())
         if why is not None:
             result.extra["in_turn"] = why
         return result
@@ -185,7 +188,8 @@ class Session:
         median, low, high = compare.gain(ledger, reference, candidate)
         unknown = median != median  # failed, or no measures of one kind (alone / paired) on both sides
         # screens the machine disturbed decide nothing alone, a loss or a clear gain
-        screens_decide = not (compare.disturbed(reference, candidate) and not compare.dueled(ledger, reference, candidate))
+        screens_decide = not (compare.disturbed(reference, candidate)
+                              and not compare.dueled(ledger, reference, candidate))
         if (unknown and not (reference.ok and candidate.ok)) or (screens_decide and (median < duel_from or (
                 median >= CLEAR_GAIN and low >= 1 + MIN_GAIN))):
             return self._decided(reference, candidate)
