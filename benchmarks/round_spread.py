@@ -13,7 +13,8 @@ the mean of the rounds after them: a prediction, so a calibrated 95% CI holds it
     python benchmarks/round_spread.py DIR [DIR ...] [--fixtures-only] [--priors 0.06,0.08,0.11,0.15] [--exploration]
 
 `--exploration`: the search's duels in turn instead (each comparison's rounds one record), the spread a duel in turn
-pools with ROUND_SPREAD today (planner/compare.py).
+pools with EXPLORATION_SPREAD (planner/compare.in_turn_drift). Last, for either kind, each round against the
+prediction interval of its record's other rounds at each prior: the prior is wide enough where 95% or more hold.
 
 `--fixtures-only`: only runs of the shipped fixtures (fixtures/*.py) outside pytest's folders (the test suite's
 workloads are built to fail or hang, and run on a machine busy with the tests). Prints the CPU model and flags first:
@@ -137,6 +138,21 @@ def prior_check(records: list[dict], prior: float, first: int) -> tuple[int, int
     return held, checked, float(np.median(halves)) if halves else float("nan")
 
 
+def leave_one_out(records: list[dict], prior: float) -> tuple[int, int]:
+    """(held, checked): each round of each record against the 95% prediction interval of one more round from the
+    record's other rounds, their spread pooled with `prior` as ROUND_SPREAD_DF degrees of freedom (Student's t):
+    whether the spread the planner would use is as wide as the rounds really spread."""
+    held = checked = 0
+    for r in records:
+        logs = np.array(r["logs"])
+        for i in range(logs.size):
+            rest = np.delete(logs, i)
+            sd, df = stats.pooled_log_sd([np.exp(rest)], (prior, ROUND_SPREAD_DF))
+            held += abs(logs[i] - rest.mean()) <= stats.t95(df) * sd * math.sqrt(1 + 1 / rest.size)
+            checked += 1
+    return held, checked
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folders", nargs="+", type=Path)
@@ -177,6 +193,11 @@ def main(argv: list[str] | None = None) -> int:
             held, checked, half = prior_check(records, prior, first)
             cells.append(f"from {first} rounds: held {held}/{checked}, median half-width {half:.3f}")
         print(f"prior {prior:.2f}: " + "; ".join(cells))
+    print("\neach round against the 95% prediction interval from its comparison's other rounds (spread pooled with "
+          "the prior):")
+    for prior in (float(p) for p in args.priors.split(",")):
+        held, checked = leave_one_out(records, prior)
+        print(f"prior {prior:.2f}: held {held}/{checked} ({held / checked:.1%})")
     return 0
 
 

@@ -1,6 +1,7 @@
 """The planners against a fake backend: a table of configurations -> synthetic step times, in milliseconds."""
 
 import dataclasses
+import itertools
 import math
 
 import pytest
@@ -1421,11 +1422,11 @@ def test_a_gain_still_inconclusive_after_a_duel_earns_more_up_to_three_and_to_si
 
     def rounds(outcome, duels=None):
         """The duels' probes (the first `duels` duels'), and the ratio of their rounds (their spread pooled with
-        that of rounds of fresh processes, as the plan judges them)."""
+        that of the search's duels in turn, as the plan judges them: compare.in_turn_drift)."""
         rechecks = [p for p in outcome.probes if p.role == "recheck"][:None if duels is None else 2 * duels]
         pairs = [(a, b) if a.settings["amp"] == "off" else (b, a) for a, b in zip(rechecks[::2], rechecks[1::2])]
         ratios = [window_rate(b) / window_rate(a) for a, b in pairs]
-        spread = stats.pooled_log_sd([ratios], (stats.ROUND_SPREAD, stats.ROUND_SPREAD_DF))
+        spread = stats.pooled_log_sd([ratios], (stats.EXPLORATION_SPREAD, stats.EXPLORATION_SPREAD_DF))
         return rechecks, stats.rounds_ratio_interval(ratios, spread=spread)
 
     # GIVEN bf16 truly 15% faster, steps jittering ±60%, and no lockstep (the duels run in turn)
@@ -1485,7 +1486,7 @@ def test_duels_in_turn_are_judged_over_their_rounds_so_the_machines_swings_cance
     assert stats.runs_ratio_ci(*runs)[1] < 1.0
 
 
-def test_two_duels_in_turn_pool_their_spread_with_that_of_rounds_of_fresh_processes():
+def test_two_duels_in_turn_pool_their_spread_with_that_of_the_searchs_duels_in_turn():
     # GIVEN io_bound's shape at a minute: 32 loader workers against 8, screened at 1.12x, then two duels in turn
     # reading 1.29x and 1.39x (a 1-minute run kept 8 workers on them: Student's t over two rounds alone has one
     # degree of freedom, t = 12.7; its reference, 32 workers and persistent ones, ran 26x the baseline to 8's 8x)
@@ -1497,10 +1498,40 @@ def test_two_duels_in_turn_pool_their_spread_with_that_of_rounds_of_fresh_proces
     a, b = session.run(base, "baseline"), session.run({**base, "num_workers": 32}, "ladder:num_workers")
     session.duel(a, b, first=1)
     session.duel(a, b, first=0)
-    # THEN their interval pools the rounds' spread with ROUND_SPREAD (t with five degrees of freedom): 32 clears 1
+    # THEN their interval pools the rounds' spread with EXPLORATION_SPREAD (t with five degrees of freedom): 32
+    # clears 1
     median, low, high = compare.gain(session.ledger, a, b)
     assert 1.29 < median < 1.39 and 1.0 < low < 1.29 and high < 1.8
     assert compare.clears((median, low, high))
+
+
+def test_a_small_steady_gain_in_turn_is_told_and_the_runs_other_duels_in_turn_widen_it_when_they_spread():
+    # GIVEN hf_trainer's persistent workers at a minute: four duels in turn against 2 workers read 1.065x, 1.052x,
+    # 1.10x and 1.156x (a 1-minute run told nothing from them at the prior of rounds of fresh processes, 0.11, and
+    # kept 2 workers where its 2-minute run kept persistent ones and then batch 32, fused and compile: 2.90x)
+    reads = iter([1.0, 1.065, 1.052, 1.10, 1.156])
+    swings = iter([1.0, 1.3, 0.8, 1.25, 0.85])
+
+    def rate(s):
+        if s["persistent_workers"]:
+            return 1000.0 * next(reads)
+        return 1000.0 * (next(swings) if s["prefetch_factor"] == 4 else 1.0)
+
+    session = Session(FakeBackend(rate, can_pair=False, jitter=0.01), clock=FakeClock())
+    base = knobs.full_settings({"batch_size": 16, "num_workers": 2})
+    a, b = session.run(base, "ladder:num_workers"), session.run({**base, "persistent_workers": True}, "knob")
+    for first in (1, 0, 1, 0):
+        session.duel(a, b, first=first)
+    # THEN the four rounds tell the gain: their spread pooled with that of the search's duels in turn
+    told = compare.gain(session.ledger, a, b)
+    assert 1.06 < told[0] < 1.12 and compare.clears(told)
+    # AND where another comparison's duels in turn swing widely (1.3x, 0.8x, 1.25x, 0.85x: a busy machine), the run
+    # has shown its duels in turn to spread so, and the same four rounds no longer tell
+    c = session.run({**base, "prefetch_factor": 4}, "knob")
+    for first in (1, 0, 1, 0):
+        session.duel(a, c, first=first)
+    widened = compare.gain(session.ledger, a, b)
+    assert widened[0] == pytest.approx(told[0]) and widened[1] < 1.0 < told[1]
 
 
 def test_with_three_runs_a_side_their_spread_not_the_steps_measures_the_noise():
@@ -2533,11 +2564,12 @@ def test_only_a_gain_over_the_baseline_earns_duels_past_three():
     from tune_advisor.planner.compare import MAX_DUELS, MAX_DUELS_AMPLE
     from tune_advisor.planner.ratios import settings_key
 
-    # GIVEN bf16 truly 8% faster, short runs (4 steps) jittering ±60%, no lockstep, no budget (ample): a gain that
-    # stays open for six duels
+    # GIVEN bf16 truly 8% faster, its runs landing in moments of the machine as fast as the rest, then 0.85x, then
+    # 1.16x (on and on), no lockstep, no budget (ample): a gain that stays open for six duels in turn
     def compare(start_is_baseline):
-        backend = FakeBackend(lambda s: 1000.0 * (1.08 if s["amp"] == "bf16" else 1.0), steps=4, jitter=0.6,
-                              can_pair=False)
+        swings = itertools.cycle([1.0, 0.85, 1.16])
+        backend = FakeBackend(lambda s: 1000.0 * (1.08 if s["amp"] == "bf16" else 1.0), steps=4, can_pair=False,
+                              moment=lambda s, role: next(swings) if s["amp"] == "bf16" else 1.0)
         session = Session(backend, clock=FakeClock())
         base = knobs.full_settings({"batch_size": 16})
         start, other = session.run(base, "baseline"), session.run({**base, "batch_size": 32}, "knob")
@@ -2956,6 +2988,33 @@ def test_a_setting_is_measured_alone_where_the_budget_holds_one_probe_but_not_a_
     assert result.ok and ("lockstep" in result.extra) is paired and bool(backend.pairs) is paired
     if not paired:
         assert result.extra["in_turn"].startswith("measured alone: the budget left the time of one probe")
+
+
+def test_the_confirmations_lockstep_rounds_are_reckoned_at_what_the_runs_pairs_took():
+    from tune_advisor.planner import confirm
+
+    # GIVEN hf_transformer's shape at a minute: probes alone take 4 s, and bf16 ran faster than the baseline
+    clock = FakeClock()
+    backend = FakeBackend(lambda s: 1000.0 * (1.2 if s["amp"] == "bf16" else 1.0), clock=clock, can_pair=True,
+                          wall_s=4.0)
+    session = Session(backend, 60.0, clock=clock)
+    base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
+    session.ledger.start_from(base)
+    best = session.run({**base.settings, "amp": "bf16"}, "knob:amp")
+    rounds = confirm.rounds_to_tell(session.ledger.kept_gain(best))
+    # THEN before any pair, the confirmation keeps back its lockstep rounds at the two probes' walls
+    assert session.budget.confirmation_s() == pytest.approx(rounds * 8.0)
+    # WHEN the run's lockstep pair of them takes 12 s (its sides' turns, starts and warm-ups; the 1-minute run's
+    # rounds took 12.6 s, and the budget cut its second, reckoned at 7.7 s, 5 s in)
+    backend.wall_s = 6.0
+    session.duel(base, best)
+    # THEN each round is kept back at what the pairs took
+    assert session.budget.confirmation_s() == pytest.approx(rounds * 12.0)
+    # AND a pair the budget cut short is not what a pair takes
+    for pid, partner in (("p090", "p091"), ("p091", "p090")):
+        session.ledger.record(ProbeResult(pid, base.settings, Status.STOPPED, wall_s=1.0,
+                                          extra={"lockstep": {"partner": partner}}), "confirm:baseline")
+    assert session.budget.measured_pair_s() == pytest.approx(12.0)
 
 
 def test_a_pair_is_reckoned_at_what_the_runs_pairs_took_not_at_two_probes_alone():

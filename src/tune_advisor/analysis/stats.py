@@ -35,6 +35,16 @@ BOOTSTRAP_RESAMPLES = 2000
 # [0.04, 3554.61]).
 ROUND_SPREAD = 0.11
 ROUND_SPREAD_DF = 4
+# The same for the search's duels in turn (planner/compare.in_turn_drift), whose runs fork from the search's
+# long-lived zygotes where a confirmation's start new ones: 35 comparisons of the shipped fixtures on a 2-core Intel
+# Xeon spread 0.028 at the median, pooled 0.101 (71 degrees of freedom: heavy tails, augment_cpu 0.116 and one
+# disturbed lightning_module comparison 0.63). A prior predicts each round from the others: at 0.08 pooled with
+# each comparison's own (4 degrees of freedom, as ROUND_SPREAD) the 95% prediction interval from the other rounds
+# held 104 of 106 rounds, as at 0.11; at 0.06 it held 98 (92%), below 95% (benchmarks/round_spread.py
+# --exploration). At 0.11 a 1-minute hf_trainer run read persistent workers 1.07x, 1.05x, 1.10x and 1.16x
+# faster in four rounds and kept neither them nor what they made pay (batch 32, fused, compile: 2.90x in 2 minutes).
+EXPLORATION_SPREAD = 0.08
+EXPLORATION_SPREAD_DF = ROUND_SPREAD_DF
 
 
 def median(values: Sequence[float]) -> float:
@@ -207,6 +217,14 @@ def pooled_log_sd(groups: Sequence[Sequence[float]], prior: tuple[float, int] | 
             squares += float(np.sum((logs - logs.mean()) ** 2))
             df += logs.size - 1
     return (float(np.sqrt(squares / df)), df) if df else (float("nan"), 0)
+
+
+def pool_spreads(*spreads: tuple[float, int]) -> tuple[float, int]:
+    """(sd, degrees of freedom) of spreads known apart, each (sd, degrees of freedom), pooled as `pooled_log_sd`
+    pools groups; those without a degree of freedom add nothing."""
+    found = [(sd, df) for sd, df in spreads if df > 0 and sd == sd]
+    df = sum(d for _, d in found)
+    return (float(np.sqrt(sum(sd * sd * d for sd, d in found) / df)), df) if df else (float("nan"), 0)
 
 
 def prediction_interval(rates: Sequence[float], spread: tuple[float, int] | None = None,

@@ -531,7 +531,7 @@ class AdaptivePlanner(Planner):
         wait = best.data_wait_frac() or 0.0
         ceiling = 1 / (1 - wait)
         duels = MAX_DUELS_AMPLE if self.session.ledger.is_baseline(best) else MAX_DUELS
-        told = compare.least_told_in_turn(duels)
+        told = compare.least_told_in_turn(duels, compare.in_turn_drift(self.session.ledger))
         if ceiling >= told:
             return None
         return (f"the step waits for data {wait:.1%} of the time at num_workers={best.settings['num_workers']}: "

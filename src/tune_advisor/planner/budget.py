@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Mapping
 from .. import knobs
 from ..collectors import flops
 from ..probe.backend import ProbeBackend, ProbeLimits
-from ..probe.result import ProbeResult
+from ..probe.result import ProbeResult, Status
 from ..probe.spec import Protocol
 from . import ablation, pairing
 from .compare import DUEL_MAX_S
@@ -126,17 +126,27 @@ class Budget:
         return sum(walls) / len(walls) if walls else 0.0
 
     def pair_s(self) -> float:
-        """What the next lockstep pair will likely take: the mean of the pairs so far (both sides' own time: their
-        turns, starts and warm-ups), else two typical probes. Pairs take longer than two probes alone: on a 2-core
-        machine hf_trainer's took 8-12 s where its probes alone took 3.5-4 s, and a 1-minute run, reckoning a pair
-        at two of those, started one with 8 s left for exploring; the budget stopped both sides."""
+        """What the next lockstep pair will likely take: `measured_pair_s`, else two typical probes. Pairs take
+        longer than two probes alone: on a 2-core machine hf_trainer's took 8-12 s where its probes alone took
+        3.5-4 s, and a 1-minute run, reckoning a pair at two of those, started one with 8 s left for exploring; the
+        budget stopped both sides."""
+        measured = self.measured_pair_s()
+        return measured if measured is not None else 2 * self.typical_probe_s()
+
+    def measured_pair_s(self) -> float | None:
+        """The mean of the run's lockstep pairs so far, each both sides' own time (their turns, starts and
+        warm-ups; not their waits for each other), but those cut short (`Status.STOPPED`); None before any."""
         sides: dict[frozenset, float] = {}
+        cut = set()
         for p in self.ledger.probes:
             partner = (p.extra.get("lockstep") or {}).get("partner")
             if partner and p.wall_s > 0:
                 pair = frozenset((p.id, partner))
                 sides[pair] = sides.get(pair, 0.0) + plain_wall(p)
-        return sum(sides.values()) / len(sides) if sides else 2 * self.typical_probe_s()
+                if p.status == Status.STOPPED:
+                    cut.add(pair)
+        whole = [s for pair, s in sides.items() if pair not in cut]
+        return sum(whole) / len(whole) if whole else None
 
     def affordable(self, probes: int = 1, extra_s: float = 0.0, within: float = 1.0,
                    confirming: bool = False) -> bool:
@@ -186,7 +196,7 @@ class Budget:
             return 0.0  # knobs "over budget" and a third of the budget held back for a confirmation never run)
         confirming = reserve_s(pairing.pairs(self.backend, base, best, pairing.computes_loading(base)),
                                self.fresh_parent_s, base, best,
-                               rounds_to_tell(self.ledger.kept_gain(best)))
+                               rounds_to_tell(self.ledger.kept_gain(best)), self.measured_pair_s())
         return confirming + self.ablation_pair_s() * ablations
 
     def loader_wait_s(self, settings: dict[str, Any]) -> float | None:

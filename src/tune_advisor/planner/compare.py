@@ -72,8 +72,8 @@ MIN_DUELS_UNDECIDED = 2
 def gain(ledger, reference: ProbeResult, candidate: ProbeResult) -> Gain:
     """Throughput ratio candidate/reference: (median, ci_low, ci_high); NaNs when either failed. From their
     lockstep duels when they had one (each step beside its partner); else from MIN_ROUNDS_IN_TURN or more
-    duels in turn, over the rounds' ratios, their spread pooled with stats.ROUND_SPREAD (as a confirmation in turn is
-    judged); else, with MIN_RUNS runs or
+    duels in turn, over the rounds' ratios at the spread the run's duels in turn show (`in_turn_drift`); else, with
+    MIN_RUNS runs or
     more of each, over the runs (each run's throughput one sample); else over their pooled steps."""
     if not (reference.ok and candidate.ok):
         return float("nan"), float("nan"), float("nan")
@@ -84,10 +84,11 @@ def gain(ledger, reference: ProbeResult, candidate: ProbeResult) -> Gain:
         return found if found[1] == found[1] else _as_rounds(duels)
     rounds = in_turn(ledger, reference, candidate)
     if len(rounds) >= MIN_ROUNDS_IN_TURN:
-        # their spread pooled with ROUND_SPREAD, as a confirmation's rounds in turn: alone, two duels left one degree
-        # of freedom (t = 12.7), and a 1-minute io_bound run read 32 loader workers 1.29x and 1.39x of 8 in two and
-        # kept 8 (its reference, 32 with persistent workers, 26x the baseline to 8's 8x)
-        return _as_rounds(rounds)
+        # their spread pooled with the run's other duels in turn and EXPLORATION_SPREAD (`in_turn_drift`): alone,
+        # two duels left one degree of freedom (t = 12.7), and a 1-minute io_bound run read 32 loader workers 1.29x
+        # and 1.39x of 8 in two and kept 8 (its reference, 32 with persistent workers, 26x the baseline to 8's 8x)
+        return stats.rounds_ratio_interval([window_rate(b) / window_rate(a) for a, b in rounds],
+                                           spread=in_turn_drift(ledger))
     paired = common_kind(ledger, reference.settings, candidate.settings)
     if paired is None:
         return float("nan"), float("nan"), float("nan")
@@ -262,6 +263,17 @@ def lockstep_drift(ledger, prior: tuple[float, int] | None = None) -> tuple[floa
     return stats.pooled_log_sd(groups, prior)
 
 
+def in_turn_drift(ledger) -> tuple[float, int]:
+    """(log sd, degrees of freedom) of the round-to-round spread of ratios in turn, pooled over every pair of
+    settings the search dueled in turn (each pair's own mean removed) and over stats.EXPLORATION_SPREAD: the
+    `lockstep_drift` of duels in turn. A ratio of runs seconds apart cancels the machine's slower swings, which
+    the spread of one setting's repeats would carry (a speed that moved between duels read as noise)."""
+    groups = [[window_rate(b) / window_rate(a) for a, b in pairs
+               if all(r.ok and r.measured and "lockstep" not in r.extra for r in (a, b))]
+              for pairs in ledger.duels.values()]
+    return stats.pooled_log_sd(groups, (stats.EXPLORATION_SPREAD, stats.EXPLORATION_SPREAD_DF))
+
+
 def promising(median: float, low: float) -> bool:
     """Whether a gain is worth keeping at its median (MIN_GAIN) but not yet beyond the noise (its CI reaches 1)."""
     return median >= 1 + MIN_GAIN and low <= 1.0
@@ -272,10 +284,9 @@ def untold(low: float, high: float) -> bool:
     return low < 1.0 and high > 1 + MIN_GAIN
 
 
-def least_told_in_turn(rounds: int) -> float:
-    """The least gain that `rounds` duels in turn could keep (`clears`), their own spread at its least, nil:
-    Student's t over ROUND_SPREAD pooled with their degrees of freedom, as `gain` judges them. A gain that cannot
-    be larger is not worth their time."""
-    df = rounds - 1 + stats.ROUND_SPREAD_DF
-    sd = stats.ROUND_SPREAD * np.sqrt(stats.ROUND_SPREAD_DF / df)
+def least_told_in_turn(rounds: int, spread: tuple[float, int] | None = None) -> float:
+    """The least gain that `rounds` duels in turn could keep (`clears`): Student's t, as `gain` judges them, at
+    `spread` (`in_turn_drift`'s so far; EXPLORATION_SPREAD's where not given) pooled with their own spread at its
+    least, nil. A gain that cannot be larger is not worth their time."""
+    sd, df = stats.pool_spreads(spread or (stats.EXPLORATION_SPREAD, stats.EXPLORATION_SPREAD_DF), (0.0, rounds - 1))
     return max(1 + MIN_GAIN, float(np.exp(stats.t95(df) * sd / np.sqrt(rounds))))

@@ -287,12 +287,13 @@ def step_ratio(a: ProbeResult, b: ProbeResult) -> float:
 
 
 def reserve_s(paired: bool, fresh_parent_s: float, base: ProbeResult, best: ProbeResult,
-              rounds: int = CONFIRM_MIN_ROUNDS) -> float:
+              rounds: int = CONFIRM_MIN_ROUNDS, pair_s: float | None = None) -> float:
     """What confirming `best` against `base` takes at least: `rounds` rounds (in turn each side's window capped),
-    predicted from the two probes' own wall times, and the recommended side's profile in the first. `paired`:
-    whether the two run in lockstep (`pairing.pairs`); `fresh_parent_s`: the backend's."""
+    predicted from the two probes' own wall times (a lockstep round at least `pair_s`: `_round_s`), and the
+    recommended side's profile in the first. `paired`: whether the two run in lockstep (`pairing.pairs`);
+    `fresh_parent_s`: the backend's."""
     turn, _ = _kind(paired, base, best)
-    return rounds * _round_s(fresh_parent_s, base, best, turn) + _profile_s(base)
+    return rounds * _round_s(fresh_parent_s, base, best, turn, pair_s=pair_s) + _profile_s(base)
 
 
 def _profile_s(base: ProbeResult) -> float:
@@ -331,12 +332,16 @@ def _alone_s(fresh_parent_s: float, base: ProbeResult, winner: ProbeResult, fres
     return CONFIRM_ALONE * (plain_wall(base) + plain_wall(winner) + 2 * fresh_parent_s * fresh)
 
 
-def _round_s(fresh_parent_s: float, base: ProbeResult, winner: ProbeResult, turn: bool, fresh: bool = False) -> float:
-    """One round's wall time: both probes' (lockstep sides overlap, so this is generous there), with their new
-    zygotes' start where `fresh` (a lockstep pair's two start together); in turn, with each window cut to
-    CONFIRM_TURN_WINDOW_S."""
+def _round_s(fresh_parent_s: float, base: ProbeResult, winner: ProbeResult, turn: bool, fresh: bool = False,
+             pair_s: float | None = None) -> float:
+    """One round's wall time: both probes', with their new zygotes' start where `fresh` (a lockstep pair's two
+    start together); in turn, with each window cut to CONFIRM_TURN_WINDOW_S; in lockstep, at least `pair_s`, what
+    the run's lockstep pairs took (`Budget.measured_pair_s`): beside a partner each side's steps run slower and its
+    turns wait, so a 1-minute hf_transformer run's lockstep rounds took 12.6 s where its two probes alone took 7.7,
+    and the budget cut its second round (reckoned at their 7.7 s) 5 s in."""
     cut = [max(0.0, sum(p.step_s) - CONFIRM_TURN_WINDOW_S) if turn else 0.0 for p in (base, winner)]
-    return plain_wall(base) + plain_wall(winner) - sum(cut) + (2 if turn else 1) * fresh_parent_s * fresh
+    own = plain_wall(base) + plain_wall(winner) - sum(cut) + (2 if turn else 1) * fresh_parent_s * fresh
+    return own if turn or pair_s is None else max(own, pair_s + fresh_parent_s * fresh)
 
 
 def speedup_interval(session, rounds: list[tuple[ProbeResult, ProbeResult]], base: ProbeResult,
@@ -422,7 +427,8 @@ def _affords_round(session, base: ProbeResult, winner: ProbeResult, turn: bool, 
     if left is not None and not grace:
         left -= budget.limit_s * CONFIRM_GRACE
     parent_s = budget.fresh_parent_s
-    needed = _round_s(parent_s, base, winner, turn, fresh) + (_alone_s(parent_s, base, winner, fresh) if alone else 0)
+    needed = (_round_s(parent_s, base, winner, turn, fresh, budget.measured_pair_s())
+              + (_alone_s(parent_s, base, winner, fresh) if alone else 0))
     return left is None or left >= needed
 
 
