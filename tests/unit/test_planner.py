@@ -1954,6 +1954,27 @@ def test_exploring_keeps_back_the_confirmation_alone_and_the_ablation_takes_what
     assert budget.affords_ablation(2) and not budget.affords_ablation(3)
 
 
+def test_an_ablation_pair_is_reckoned_at_least_at_what_the_pairs_beside_the_best_took():
+    # GIVEN hf_transformer's shape at two minutes: probes alone take 4 s, and the compiled best's pair beside the
+    # best before it took 22 s a side (compiling); the budget stopped an ablation pair reckoned at 12 s 22.5 s in
+    clock = FakeClock()
+    backend = FakeBackend(lambda s: 1000.0 * (1.2 if s["compile"] != "off" else 1.0), clock=clock, can_pair=True,
+                          wall_s=4.0)
+    session = Session(backend, 120.0, clock=clock)
+    base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
+    session.ledger.start_from(base)
+    before = session.budget.ablation_pair_s()
+    backend.wall_s = 22.0
+    _, best = session.duel(base, {**base.settings, "compile": "default"})
+    session.ledger.keep_best(best)
+    backend.wall_s = 4.0
+    session.duel(base, {**base.settings, "amp": "bf16"})  # a pair not beside the best: 8 s
+    # THEN an ablation pair is reckoned at the 44 s of both sides' time the pair beside the best took, not at two
+    # capped windows, and the confirmation's lockstep rounds likewise
+    assert before == pytest.approx(8.0) and session.budget.ablation_pair_s() == pytest.approx(44.0)
+    assert session.budget.round_pair_s(best) == pytest.approx(44.0) and session.budget.pair_s() == pytest.approx(26.0)
+
+
 def test_a_compile_outcome_that_changed_between_search_and_confirmation_is_noted():
     from tune_advisor.planner.confirm import compile_disagreement, compile_outcome
 

@@ -165,11 +165,6 @@ def test_a_drift_pooled_over_settings_has_all_their_degrees_of_freedom():
     # AND a single run with that spread gets a prediction interval around itself
     centre, low, high = prediction_interval([800], spread=(sd, df))
     assert centre == pytest.approx(800) and low < 800 < high
-    # AND spreads known apart pool as groups do: by their degrees of freedom, those with none adding nothing
-    from tune_advisor.analysis.stats import pool_spreads
-    assert pool_spreads((sd, df), (0.0, 0), (float("nan"), 3)) == (pytest.approx(sd), df)
-    assert pool_spreads((0.08, 4), (0.0, 4)) == (pytest.approx(0.08 / np.sqrt(2)), 8)
-    assert pool_spreads((0.0, 0))[1] == 0
 
 
 def test_a_prediction_interval_adds_a_level_known_from_elsewhere_in_quadrature():

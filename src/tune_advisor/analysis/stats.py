@@ -219,14 +219,6 @@ def pooled_log_sd(groups: Sequence[Sequence[float]], prior: tuple[float, int] | 
     return (float(np.sqrt(squares / df)), df) if df else (float("nan"), 0)
 
 
-def pool_spreads(*spreads: tuple[float, int]) -> tuple[float, int]:
-    """(sd, degrees of freedom) of spreads known apart, each (sd, degrees of freedom), pooled as `pooled_log_sd`
-    pools groups; those without a degree of freedom add nothing."""
-    found = [(sd, df) for sd, df in spreads if df > 0 and sd == sd]
-    df = sum(d for _, d in found)
-    return (float(np.sqrt(sum(sd * sd * d for sd, d in found) / df)), df) if df else (float("nan"), 0)
-
-
 def prediction_interval(rates: Sequence[float], spread: tuple[float, int] | None = None,
                         between: float = 0.0) -> tuple[float, float, float]:
     """(centre, low, high): the geometric mean of separate runs' throughputs and the 95% prediction interval of

@@ -531,12 +531,13 @@ class AdaptivePlanner(Planner):
         wait = best.data_wait_frac() or 0.0
         ceiling = 1 / (1 - wait)
         duels = MAX_DUELS_AMPLE if self.session.ledger.is_baseline(best) else MAX_DUELS
-        told = compare.least_told_in_turn(duels, compare.in_turn_drift(self.session.ledger))
+        told = compare.least_told_in_turn(duels)
         if ceiling >= told:
             return None
+        digits = 2 if f"{ceiling:.2f}" != f"{told:.2f}" else 3  # "at most 1.10x, below the 1.10x" reads false
         return (f"the step waits for data {wait:.1%} of the time at num_workers={best.settings['num_workers']}: "
-                f"more workers could gain at most {ceiling:.2f}x, below the {told:.2f}x that {duels} duels in turn "
-                "can tell from the noise")
+                f"more workers could gain at most {ceiling:.{digits}f}x, below the {told:.{digits}f}x that {duels} "
+                "duels in turn can tell from the noise")
 
     def _dense_at(self, current: ProbeResult) -> tuple[float | None, str]:
         """The baseline profile's dense share of the compute, carried to `current`'s batch size (never below the

@@ -133,11 +133,18 @@ class Budget:
         measured = self.measured_pair_s()
         return measured if measured is not None else 2 * self.typical_probe_s()
 
-    def measured_pair_s(self) -> float | None:
+    def round_pair_s(self, best: ProbeResult) -> float | None:
+        """What a lockstep confirmation round of `best` will likely take: the run's pairs beside it, else all its
+        pairs (`measured_pair_s`); compiled sides start and warm up longer than the rest."""
+        beside = self.measured_pair_s(best.settings)
+        return beside if beside is not None else self.measured_pair_s()
+
+    def measured_pair_s(self, beside: dict[str, Any] | None = None) -> float | None:
         """The mean of the run's lockstep pairs so far, each both sides' own time (their turns, starts and
-        warm-ups; not their waits for each other), but those cut short (`Status.STOPPED`); None before any."""
+        warm-ups; not their waits for each other), but those cut short (`Status.STOPPED`); `beside`: only pairs
+        with a side of these settings. None before any."""
         sides: dict[frozenset, float] = {}
-        cut = set()
+        cut, chosen = set(), set()
         for p in self.ledger.probes:
             partner = (p.extra.get("lockstep") or {}).get("partner")
             if partner and p.wall_s > 0:
@@ -145,7 +152,9 @@ class Budget:
                 sides[pair] = sides.get(pair, 0.0) + plain_wall(p)
                 if p.status == Status.STOPPED:
                     cut.add(pair)
-        whole = [s for pair, s in sides.items() if pair not in cut]
+                if beside is None or p.settings == beside:
+                    chosen.add(pair)
+        whole = [s for pair, s in sides.items() if pair not in cut and pair in chosen]
         return sum(whole) / len(whole) if whole else None
 
     def affordable(self, probes: int = 1, extra_s: float = 0.0, within: float = 1.0,
@@ -196,7 +205,7 @@ class Budget:
             return 0.0  # knobs "over budget" and a third of the budget held back for a confirmation never run)
         confirming = reserve_s(pairing.pairs(self.backend, base, best, pairing.computes_loading(base)),
                                self.fresh_parent_s, base, best,
-                               rounds_to_tell(self.ledger.kept_gain(best)), self.measured_pair_s())
+                               rounds_to_tell(self.ledger.kept_gain(best)), self.round_pair_s(best))
         return confirming + self.ablation_pair_s() * ablations
 
     def loader_wait_s(self, settings: dict[str, Any]) -> float | None:
@@ -220,9 +229,14 @@ class Budget:
         return max(faster, key=lambda p: p.throughput_median, default=None)
 
     def ablation_pair_s(self) -> float:
-        """One ablation pair: each side measures at most DUEL_MAX_S beyond its start-up."""
+        """One ablation pair: each side measures at most DUEL_MAX_S beyond its start-up, and takes at least what
+        the run's pairs beside the best took (`measured_pair_s`): its sides start and warm up as the best's did. A
+        2-minute hf_transformer run reckoned an ablation pair of its compiled best at 12 s where its pair beside
+        the best had taken 26 s of both sides' time, started one, and the budget stopped it 22.5 s in."""
         best = self.ledger.best if self.ledger.best is not None else self.ledger.baseline
-        return 2 * min(plain_wall(best), DUEL_MAX_S + ABLATION_START_S) if best is not None else 0.0
+        if best is None:
+            return 0.0
+        return max(2 * min(plain_wall(best), DUEL_MAX_S + ABLATION_START_S), self.measured_pair_s(best.settings) or 0.0)
 
 
 @dataclass(frozen=True)

@@ -336,7 +336,7 @@ def _round_s(fresh_parent_s: float, base: ProbeResult, winner: ProbeResult, turn
              pair_s: float | None = None) -> float:
     """One round's wall time: both probes', with their new zygotes' start where `fresh` (a lockstep pair's two
     start together); in turn, with each window cut to CONFIRM_TURN_WINDOW_S; in lockstep, at least `pair_s`, what
-    the run's lockstep pairs took (`Budget.measured_pair_s`): beside a partner each side's steps run slower and its
+    the run's lockstep pairs took (`Budget.round_pair_s`): beside a partner each side's steps run slower and its
     turns wait, so a 1-minute hf_transformer run's lockstep rounds took 12.6 s where its two probes alone took 7.7,
     and the budget cut its second round (reckoned at their 7.7 s) 5 s in."""
     cut = [max(0.0, sum(p.step_s) - CONFIRM_TURN_WINDOW_S) if turn else 0.0 for p in (base, winner)]
@@ -427,7 +427,7 @@ def _affords_round(session, base: ProbeResult, winner: ProbeResult, turn: bool, 
     if left is not None and not grace:
         left -= budget.limit_s * CONFIRM_GRACE
     parent_s = budget.fresh_parent_s
-    needed = (_round_s(parent_s, base, winner, turn, fresh, budget.measured_pair_s())
+    needed = (_round_s(parent_s, base, winner, turn, fresh, budget.round_pair_s(winner))
               + (_alone_s(parent_s, base, winner, fresh) if alone else 0))
     return left is None or left >= needed
 
