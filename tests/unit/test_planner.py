@@ -1957,12 +1957,7 @@ def test_exploring_keeps_back_the_confirmation_alone_and_the_ablation_takes_what
 def test_an_ablation_pair_is_reckoned_at_least_at_what_the_pairs_beside_the_best_took():
     # GIVEN hf_transformer's shape at two minutes: probes alone take 4 s, and the compiled best's pair beside the
     # best before it took 22 s a side (compiling); the budget stopped an ablation pair reckoned at 12 s 22.5 s in
-    clock = FakeClock()
-    backend = FakeBackend(lambda s: 1000.0 * (1.2 if s["compile"] != "off" else 1.0), clock=clock, can_pair=True,
-                          wall_s=4.0)
-    session = Session(backend, 120.0, clock=clock)
-    base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
-    session.ledger.start_from(base)
+    backend, session, base = _pairing_session(120.0, faster="compile")
     before = session.budget.ablation_pair_s()
     backend.wall_s = 22.0
     _, best = session.duel(base, {**base.settings, "compile": "default"})
@@ -3011,16 +3006,24 @@ def test_a_setting_is_measured_alone_where_the_budget_holds_one_probe_but_not_a_
         assert result.extra["in_turn"].startswith("measured alone: the budget left the time of one probe")
 
 
+def _pairing_session(budget_s: float, faster: str = "amp") -> tuple[FakeBackend, Session, ProbeResult]:
+    """A session on a backend that pairs, probes alone taking 4 s, `faster` (a knob) at any value but its default
+    20% faster, and its baseline (batch 16) measured and started from."""
+    clock = FakeClock()
+    default = knobs.full_settings({})[faster]
+    backend = FakeBackend(lambda s: 1000.0 * (1.2 if s[faster] != default else 1.0), clock=clock, can_pair=True,
+                          wall_s=4.0)
+    session = Session(backend, budget_s, clock=clock)
+    base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
+    session.ledger.start_from(base)
+    return backend, session, base
+
+
 def test_the_confirmations_lockstep_rounds_are_reckoned_at_what_the_runs_pairs_took():
     from tune_advisor.planner import confirm
 
     # GIVEN hf_transformer's shape at a minute: probes alone take 4 s, and bf16 ran faster than the baseline
-    clock = FakeClock()
-    backend = FakeBackend(lambda s: 1000.0 * (1.2 if s["amp"] == "bf16" else 1.0), clock=clock, can_pair=True,
-                          wall_s=4.0)
-    session = Session(backend, 60.0, clock=clock)
-    base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
-    session.ledger.start_from(base)
+    backend, session, base = _pairing_session(60.0)
     best = session.run({**base.settings, "amp": "bf16"}, "knob:amp")
     rounds = confirm.rounds_to_tell(session.ledger.kept_gain(best))
     # THEN before any pair, the confirmation keeps back its lockstep rounds at the two probes' walls
@@ -3041,12 +3044,7 @@ def test_the_confirmations_lockstep_rounds_are_reckoned_at_what_the_runs_pairs_t
 def test_a_pair_is_reckoned_at_what_the_runs_pairs_took_not_at_two_probes_alone():
     # GIVEN hf_trainer's shape on 2 cores: probes alone take 4 s, but a lockstep pair took 12 s (its sides' turns,
     # starts and warm-ups), and 11 s of the budget are left before the confirmation's reserve
-    clock = FakeClock()
-    backend = FakeBackend(lambda s: 1000.0 * (1.2 if s["amp"] == "bf16" else 1.0), clock=clock, can_pair=True,
-                          wall_s=4.0)
-    session = Session(backend, 600.0, clock=clock)
-    base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
-    session.ledger.start_from(base)
+    backend, session, base = _pairing_session(600.0)
     for workers in (1, 2):
         session.run({**base.settings, "num_workers": workers}, "ladder:num_workers")
     backend.wall_s = 6.0
