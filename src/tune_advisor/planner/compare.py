@@ -72,9 +72,9 @@ MIN_DUELS_UNDECIDED = 2
 def gain(ledger, reference: ProbeResult, candidate: ProbeResult) -> Gain:
     """Throughput ratio candidate/reference: (median, ci_low, ci_high); NaNs when either failed. From their
     lockstep duels when they had one (each step beside its partner); else from MIN_ROUNDS_IN_TURN or more
-    duels in turn, over the rounds' ratios at the spread the run's duels in turn show (`in_turn_drift`); else, with
-    MIN_RUNS runs or
-    more of each, over the runs (each run's throughput one sample); else over their pooled steps."""
+    duels in turn, over the rounds' ratios at the spread the run's duels in turn show (`in_turn_drift`); else,
+    with MIN_RUNS runs or more of each, over the runs (each run's throughput one sample); else over their pooled
+    steps."""
     if not (reference.ok and candidate.ok):
         return float("nan"), float("nan"), float("nan")
     duels = lockstep(ledger, reference, candidate)
@@ -87,8 +87,7 @@ def gain(ledger, reference: ProbeResult, candidate: ProbeResult) -> Gain:
         # their spread pooled with the run's other duels in turn and EXPLORATION_SPREAD (`in_turn_drift`): alone,
         # two duels left one degree of freedom (t = 12.7), and a 1-minute io_bound run read 32 loader workers 1.29x
         # and 1.39x of 8 in two and kept 8 (its reference, 32 with persistent workers, 26x the baseline to 8's 8x)
-        return stats.rounds_ratio_interval([window_rate(b) / window_rate(a) for a, b in rounds],
-                                           spread=in_turn_drift(ledger))
+        return _as_rounds(rounds, in_turn_drift(ledger))
     paired = common_kind(ledger, reference.settings, candidate.settings)
     if paired is None:
         return float("nan"), float("nan"), float("nan")
@@ -100,11 +99,12 @@ def gain(ledger, reference: ProbeResult, candidate: ProbeResult) -> Gain:
     return found if found[1] == found[1] else stats.rounds_with_prior([found[0]])
 
 
-def _as_rounds(pairs: list[tuple[ProbeResult, ProbeResult]]) -> Gain:
-    """The gain over (reference, candidate) pairs taken as rounds, one ratio of windows each
+def _as_rounds(pairs: list[tuple[ProbeResult, ProbeResult]], spread: tuple[float, int] | None = None) -> Gain:
+    """The gain over (reference, candidate) pairs taken as rounds, one ratio of windows each, at `spread` (log sd,
+    degrees of freedom: `stats.rounds_ratio_interval`), else at their own spread pooled with ROUND_SPREAD
     (`stats.rounds_with_prior`)."""
-    return stats.rounds_with_prior([window_rate(b) / window_rate(a) for a, b in pairs
-                                    if a.ok and b.ok and a.measured and b.measured])
+    ratios = [window_rate(b) / window_rate(a) for a, b in pairs if a.ok and b.ok and a.measured and b.measured]
+    return stats.rounds_with_prior(ratios) if spread is None else stats.rounds_ratio_interval(ratios, spread=spread)
 
 
 def clears(gain: Gain) -> bool:
