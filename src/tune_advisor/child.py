@@ -61,6 +61,9 @@ def train_and_measure(spec: ProbeSpec, phase: Callable[[str], None], workdir: Pa
 
 def drive(spec: ProbeSpec, phase: Callable[[str], None], out: dict[str, Any], workdir: Path | None) -> None:
     """The spec's driver, imported here: once outcome.measure's clock runs."""
+    from .probe import apply
+
+    apply.share_compile_headers()  # the user's own torch.compile too (script mode, a Trainer's, Lightning's)
     if spec.script is not None:  # script mode: the user's script drives the steps
         from .script import driver
 

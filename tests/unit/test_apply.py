@@ -60,6 +60,18 @@ def test_compile_off_returns_the_model_and_a_mode_wraps_it():
     assert compiled is not model and compiled._orig_mod is model  # compiled lazily, at the first call
 
 
+def test_compiles_precompiled_headers_go_to_the_compile_cache_not_the_probes_scratch_folder(tmp_path, monkeypatch):
+    from torch._inductor import codecache
+
+    # as in a probe child: inductor placed them under tempfile.gettempdir(), the probe's scratch TMPDIR
+    monkeypatch.setattr(codecache, "_HEADER_DIR", str(tmp_path / "scratch" / "torchinductor_u" / "precompiled_headers"))
+    monkeypatch.setattr(codecache, "_HEADER_LOCK_DIR", codecache._HEADER_DIR + "/locks")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    apply.share_compile_headers()
+    assert codecache._HEADER_DIR == str(tmp_path / "cache" / "precompiled_headers")
+    assert codecache._HEADER_LOCK_DIR == str(tmp_path / "cache" / "precompiled_headers" / "locks")
+
+
 def test_matmul_precision_is_set_process_wide():
     try:
         apply.configure_backends(knobs.full_settings({"matmul_precision": "high"}), "cpu")
