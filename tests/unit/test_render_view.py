@@ -6,6 +6,7 @@ import pytest
 
 from tune_advisor import knobs, record
 from tune_advisor.render import charts, view
+from tune_advisor.render import html as html_report
 
 from ..conftest import golden
 
@@ -70,6 +71,11 @@ def test_changes_none_measured_on_its_own_are_one_confirmed_row_and_no_chart_rep
     # THEN the staircase is the confirmed row alone, and no chart draws it twice
     assert [(s.kind, s.figure["median"]) for s in report.staircase] == [("total", 3.0)]
     assert charts.waterfall_chart(report) is None
+    # AND the text above the row says it is what the two bought together, not each one's own contribution
+    assert "2 changes were not measured one at a time" in report.staircase_note
+    assert "Each kept change's own contribution" not in report.staircase_note
+    html = html_report.render(ablated(document([base, both], base, both)))
+    assert "2 changes were not measured one at a time" in html and "Each kept change&#39;s own" not in html
     # AND one change measured by the confirmation itself draws no chart either (its bar would be the total's)
     win = probe("p002", median=200.0, batch_size=64)
     assert charts.waterfall_chart(view.build(ablated(document([base, win], base, win)))) is None

@@ -58,8 +58,7 @@ def render(document: Mapping[str, Any], cost_per_hour: float | None = None) -> s
         out += ["### What each change bought", "", "| change | its own speedup | running product |", "|---|---|---|"]
         out += [f"| {code(s.label, True)} | {escape(fmt_speedup(s.figure))} | {s.cumulative:.2f}x |"
                 for s in r.staircase]
-        out += ["", "Each kept change measured as the recommendation with and without it; the rows multiply to the "
-                "confirmed speedup.", ""]
+        out += ["", escape(r.staircase_note), ""]
     changed = [row for row in r.settings_rows if row.changed]
     if changed:
         out += ["| knob | baseline | recommended |", "|---|---|---|"]

@@ -200,6 +200,7 @@ class Report:
     batch_note: str | None
     findings: list[Finding]  # measured gains first (largest first), then estimated, then the rest
     staircase: list[Stair]
+    staircase_note: str  # what the staircase's rows are (`staircase_note`)
     rows: list[Row]
     failed: list[Row]
     skipped: list[Row]
@@ -274,6 +275,7 @@ def build(document: record.Document | Mapping[str, Any], cost_per_hour: float | 
         batch_note=batch_note,
         findings=sorted(findings, key=_finding_order),
         staircase=stairs,
+        staircase_note=staircase_note(stairs, changes),
         rows=rows,
         failed=[r for r in rows if r.status in FAILED],
         skipped=[r for r in rows if r.status == "skipped"],
@@ -709,6 +711,17 @@ def staircase(doc: record.Document, changes: dict) -> list[Stair]:
     stairs.append(Stair("total", "recommended (confirmed)", dict(changes), _interval(confirmed), confirmed["median"],
                         how))
     return stairs
+
+
+def staircase_note(stairs: list[Stair], changes: dict) -> str:
+    """What the staircase's rows are: each kept change's own contribution, or, where none was measured on its own
+    (no ablation pair fitted the budget), what the changes bought together."""
+    if any(s.kind == "change" for s in stairs) or len(changes) < 2:
+        return ("Each kept change's own contribution, measured as the recommendation with and without it; the "
+                "product of the rows is the confirmed speedup (a row \"interaction\" says how far the changes "
+                "together differ from the product of their separate contributions).")
+    return (f"The {len(changes)} changes were not measured one at a time (no ablation pair fitted the budget): "
+            "the row is what they bought together, the confirmed speedup, and says nothing of each one's share.")
 
 
 def _environment(env: record.Environment) -> list[tuple[str, str]]:
