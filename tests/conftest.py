@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tune_advisor import hardware, results
+from tune_advisor.planner import compile_cost
 from tune_advisor.probe.spec import Protocol
 
 from . import fakes
@@ -25,6 +26,15 @@ GOLDEN = ROOT / "tests" / "golden"
 
 # Real child processes, measured briefly: these tests check behaviour, not speed.
 FAST = Protocol(warmup_steps=1, min_steps=3, min_time_s=0.1, max_steps=30, max_time_s=2.0)
+
+
+@pytest.fixture(autouse=True)
+def own_compile_record(tmp_path_factory, monkeypatch) -> Path:
+    """Each test reads and writes a record of compile times of its own (planner/compile_cost.py), not the machine's:
+    what one test's probes compiled must not change what another's plan affords."""
+    path = tmp_path_factory.mktemp("compile-record") / compile_cost.RECORD
+    monkeypatch.setattr(compile_cost, "record_path", lambda: path)
+    return path
 
 
 @pytest.fixture

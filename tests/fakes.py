@@ -121,6 +121,7 @@ class FakeBackend:
             result.extra["profile"] = {"dense_frac": given["dense"]}
         if "compile_s" in given and settings.get("compile", "off") != "off":  # what its warm-up spent compiling
             result.extra["compile"] = {"compile_s": given["compile_s"]}
+            result.wall_s += given["compile_s"]
             if "graphs" in given:  # what dynamo compiled (0: it gave up, for `unsupported`)
                 result.extra["compile"].update(graphs=given["graphs"], unsupported=given.get("unsupported", []))
         if "fetch_cpu" in given and settings["num_workers"] == 0:

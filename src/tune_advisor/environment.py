@@ -66,6 +66,23 @@ def compile_unavailable(device_type: str) -> str | None:
     return f"torch.compile needs a C++ compiler on the CPU ({' or '.join(compilers)} not found)"
 
 
+def inductor_cache_dir() -> str:
+    """Where torch.compile caches what it builds: TORCHINDUCTOR_CACHE_DIR, else inductor's default (its
+    `default_cache_dir`) under this process's temporary folder. Probe children get this one (probe/runner.py), not
+    one under their own scratch folder, so that one probe's compile serves the next."""
+    import getpass
+    import re
+    import tempfile
+
+    if os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
+        return os.environ["TORCHINDUCTOR_CACHE_DIR"]
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid_{os.getuid()}"
+    return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
+
+
 def resolve_device(requested: str) -> str:
     """'auto' -> 'cuda' when torch sees a GPU, else 'cpu'."""
     import re

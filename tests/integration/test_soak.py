@@ -8,7 +8,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tune_advisor import api, rundir
+from tune_advisor import api, environment, rundir
 from tune_advisor.errors import TuneAdvisorError
 from tune_advisor.probe import runner
 
@@ -78,7 +78,7 @@ def test_analyze_on_every_fixture_leaves_no_process_temp_file_or_open_descriptor
     # AND no descriptor leaked from one run to the next
     assert fds[-1] <= fds[0], fds
     # AND no temporary file, probe scratch folder, lock or half-written file is left anywhere
-    assert [p.name for p in scratch.iterdir()] in ([], [runner._inductor_cache_dir().rsplit("/", 1)[1]]), \
+    assert [p.name for p in scratch.iterdir()] in ([], [environment.inductor_cache_dir().rsplit("/", 1)[1]]), \
         "only torch.compile's cache, kept where torch keeps it"
     assert probe_scratch() <= scratch_before, "every probe's scratch folder was removed"
     leftovers = [p for p in (tmp_path / "out").rglob("*")

@@ -14,11 +14,12 @@ CPU_AMP_ONLY = DeviceFacts("cpu", bf16_supported=True, compile_unavailable="not 
 CNN = WorkloadFacts(conv_layers=4, repeated_blocks="blocks: 2 x Block", dataset_len=10_000)
 MLP = WorkloadFacts(dataset_len=10_000)
 BLOCKS = WorkloadFacts(repeated_blocks="layers: 4 x Block", dataset_len=10_000)
+FUSED_MLP = WorkloadFacts(dataset_len=10_000, optimizer_class="AdamW", optimizer_impls=("foreach", "fused"))
 
 
 def run_plan(rate, workload=CNN, search=None, baseline=None, budget_s=None, memory=None, device=CPU,
              strategy="adaptive", jitter=0.02, moment=None, lockstep=False, explore=None, pair_memory=None,
-             fresh_parent_s=0.0, train_steps=None, wall_s=5.0):
+             fresh_parent_s=0.0, train_steps=None, wall_s=5.0, workload_sha256=None):
     # `lockstep`: the backend measures pairs together, as analyze's local one does (probe/lockstep.py);
     # `fresh_parent_s`: what a probe forked from a new parent costs it (backend.fresh_parent_s); `wall_s`: a
     # probe's wall time
@@ -29,7 +30,7 @@ def run_plan(rate, workload=CNN, search=None, baseline=None, budget_s=None, memo
     session = Session(backend, budget_s, clock=clock)
     ctx = PlanContext(baseline=knobs.full_settings(baseline or {"batch_size": 16}), search=search or {},
                       workload=workload, device=device, memory_budget_bytes=memory, explore=explore,
-                      train_steps=train_steps)
+                      train_steps=train_steps, workload_sha256=workload_sha256)
     return plan(ctx, session, strategy), backend
 
 

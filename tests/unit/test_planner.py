@@ -14,7 +14,7 @@ from tune_advisor.planner.grid import combinations
 from tune_advisor.probe.result import ProbeResult, Status
 
 from ..fakes import FakeBackend, FakeClock, fake_spec
-from .planning import BLOCKS, CNN, CPU, CPU_AMP_ONLY, CPU_NO_BF16, MLP, cnn_rate, run_plan
+from .planning import BLOCKS, CNN, CPU, CPU_AMP_ONLY, CPU_NO_BF16, FUSED_MLP, MLP, cnn_rate, run_plan
 
 def tried(backend, name):
     return sorted({c[name] for c in backend.calls})
@@ -1074,9 +1074,6 @@ def test_amp_that_does_not_pay_at_a_tiny_batch_is_tried_again_at_the_larger_one(
 
 
 # --- issue 8: compile, loader and optimizer knobs; the loss-parity guard ------------------------------------------
-
-FUSED_MLP = WorkloadFacts(dataset_len=10_000, optimizer_class="AdamW", optimizer_impls=("foreach", "fused"))
-
 
 def test_a_faster_amp_that_changes_the_loss_is_not_recommended_and_the_notes_say_why():
     # GIVEN bf16 that is 1.6x faster but whose loss stays flat where float32's falls
@@ -2772,7 +2769,7 @@ def test_a_run_the_budget_ends_says_why_each_knob_went_untried_and_never_that_an
     # THEN compile is not said to have lost ("no value beat"): nothing of it was measured
     assert "compile: nothing measured: over budget" in outcome.decisions
     assert not any(d.startswith("compile: no value beat") for d in outcome.decisions)
-    assert "compile=default: over budget" in outcome.unexplored
+    assert any(u.startswith("compile=default: over budget (its compiling reckoned at 30 s") for u in outcome.unexplored)
 
 
 def test_what_more_time_would_have_tried_is_the_budgets_cuts_never_the_plans_reasoned_skips():

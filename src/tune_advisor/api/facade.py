@@ -17,7 +17,7 @@ from .. import workload as workload_mod
 from ..collectors import designate, flops
 from ..distributed import launch
 from ..errors import UsageError
-from ..planner import Outcome, PlanContext, Session, ablation, budget, compare, figures, plan
+from ..planner import Outcome, PlanContext, Session, ablation, budget, compare, compile_cost, figures, plan
 from ..planner.keep import DUEL_ROLE
 from ..planner.ledger import ProbeLedger
 from ..probe.backend import ProbeBackend, ProbeLimits
@@ -84,8 +84,11 @@ def analyze(path: str | Path, options: AnalyzeOptions | None = None,
         record = _start_record(path, out_dir, options, info, device, layout, memory, previous)
         record.phase("inspection_s", inspected_s)
         backend = remote or executors.local_backend(device, layout, workdir, memory)
+        # this machine's record of the workload's compile times (not a remote executor's machines')
+        sha = None if remote else record.document["run"]["workload_sha256"]
+        compile_times = None if sha is None else compile_cost.Recorder(sha, device_facts(device).type)
         session = _session(record, backend, ProbeSpecs(info, device, layout, options, observer), options.budget,
-                           started, finished, observer, options.session_drift)
+                           started, finished, observer, options.session_drift, compile_times=compile_times)
         record.phase("plan_started_s", time.monotonic() - started)  # this process's, resumed or not
         observer.on_start(info, session)
         capacity, margin = memory_headroom(options.max_memory, options.memory_margin,
@@ -95,7 +98,8 @@ def analyze(path: str | Path, options: AnalyzeOptions | None = None,
                           device=replace(device_facts(device), world_size=launch.world_size(layout),
                                          matmul_peaks=record.document["environment"]["peaks"]["flops_per_s"]),
                           memory_budget_bytes=memory, explore=options.only_knobs or None,
-                          memory_capacity_bytes=capacity, memory_margin_bytes=margin, train_steps=options.train_steps)
+                          memory_capacity_bytes=capacity, memory_margin_bytes=margin, train_steps=options.train_steps,
+                          workload_sha256=sha)
         planning = time.monotonic()
         try:
             outcome = plan(ctx, session, options.strategy)
@@ -260,11 +264,13 @@ def counts_flops(role: str) -> bool:
 
 def _session(record: RunRecord, backend: ProbeBackend, make_spec: Callable[..., ProbeSpec], budget_s: float | None,
              started: float, finished: list[tuple[ProbeResult, float, dict]], observer: AnalysisObserver,
-             session_drift: float | None = None, clock: Callable[[], float] = time.monotonic) -> Session:
+             session_drift: float | None = None, clock: Callable[[], float] = time.monotonic,
+             compile_times: compile_cost.Recorder | None = None) -> Session:
     """The planner's session, probes through `backend` (`make_spec`: ProbeSpecs): each finished one is recorded,
     saved (not while a resumed run's probes are replayed: the file on disk holds them already) and shown to the
     observer. The plan's best so far is saved with it, provisional (`best_so_far`), and again as soon as the plan
-    keeps a new best, so the file holds a recommendation, with its measured gain, long before the confirmation."""
+    keeps a new best, so the file holds a recommendation, with its measured gain, long before the confirmation.
+    `compile_times`: where each compiled probe's compile time is recorded for later runs (planner/compile_cost.py)."""
     saved = {id(result): entry for result, _, entry in finished}  # replayed probes are saved as they were
 
     def recorded(result: ProbeResult) -> None:
@@ -274,6 +280,8 @@ def _session(record: RunRecord, backend: ProbeBackend, make_spec: Callable[..., 
         _provisional(record, session)  # a probe of the baseline's or the best's settings refines its gain
         if not session.ledger.replaying:
             record.save()
+            if compile_times is not None:
+                compile_times.saw(result)
         observer.on_probe(result, session)
 
     def kept(best: ProbeResult) -> None:

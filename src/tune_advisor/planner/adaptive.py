@@ -21,7 +21,7 @@ from ..collectors import cuda_memory
 from ..fmt import fmt_bytes
 from ..probe.result import ProbeResult
 from .base import Outcome, PlanContext, Planner
-from . import compare, pairing
+from . import compare, compile_cost, pairing
 from .compare import DUEL_FROM, LOADER_DUEL_FROM, MAX_DUELS, MAX_DUELS_AMPLE, MIN_DUELS_UNDECIDED
 from .ratios import settings_key
 from .keep import LOADER_BOUND, MIN_GAIN, without
@@ -43,9 +43,6 @@ SCREENED_STALE = 4
 # A ladder's first rung decides alone whether the ladder goes anywhere, so its screen earns a duel from
 # LOADER_DUEL_FROM, not DUEL_FROM: one hf_transformer run screened batch 16 at 0.89x of 8, in a slow moment of the
 # machine, and stopped there; its twin run's duel measured 16 at 1.17x of 8, and went on to 32.
-# What compiling adds to a probe, before one has been measured: a small model takes 5-60 s with torch.compile on
-# a 2-core CPU (the C++ compiler runs for every kernel). A compile probe is started only if this much more fits.
-COMPILE_ALLOWANCE_S = 30.0
 BISECT_RESOLUTION = 8  # bisection stops when the gap is at most max(8, an eighth of the largest batch that fit)
 
 # Rough speedups of the compute part of a step, used only to order the knobs and to skip those that cannot pay
@@ -618,9 +615,12 @@ class AdaptivePlanner(Planner):
             if eager is not None:
                 self.decisions.append(f"{name}={value}: not tried: {eager}")
                 continue
-            extra_s = COMPILE_ALLOWANCE_S if name == "compile" else 0.0
+            # a compile probe starts only where its compiling fits too (an earlier run's here, else a guess)
+            extra_s, reckoned = compile_cost.allowance(self.ctx.workload_sha256, self.ctx.device.type, value) \
+                if name == "compile" else (0.0, "")
             if not self.session.budget.affordable(extra_s=extra_s):
-                self.session.ledger.unexplored.append(f"{name}={value}: over budget")
+                self.session.ledger.unexplored.append(
+                    f"{name}={value}: over budget" + (f" (its compiling reckoned at {reckoned})" if reckoned else ""))
                 continue
             result = self.session.measure({**current.settings, name: value}, f"knob:{name}", best)
             if name == "compile" and (eager := self.ran_eagerly(result)) is not None:  # eager's speed, whatever

@@ -31,6 +31,9 @@ class PlanContext:
     # --train-steps: the user's training run, in steps at the baseline's batch; compile is recommended only where its
     # compile time pays off within it (analysis/breakeven.py). None: not stated, compile judged by its speed alone.
     train_steps: int | None = None
+    # The workload file's sha256, where this machine's record of earlier compiles applies (planner/compile_cost.py);
+    # None: a compile probe is reckoned at the guess.
+    workload_sha256: str | None = None
 
 
 @dataclass

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import getpass
 import json
 import math
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -19,6 +17,7 @@ from typing import Any
 
 import psutil
 
+from .. import environment
 from ..collectors.memory import TreeMemorySampler
 from .result import ProbeResult, Status
 from .process import Launcher, NotStarted, Spawned, sleep_until_readable
@@ -132,7 +131,7 @@ def _child_env() -> dict[str, str]:
     package_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     # torch.compile's cache stays where it was (under the temporary folder by default), not in the probe's own.
-    env.setdefault("TORCHINDUCTOR_CACHE_DIR", _inductor_cache_dir())
+    env["TORCHINDUCTOR_CACHE_DIR"] = environment.inductor_cache_dir()
     return env
 
 
@@ -163,15 +162,6 @@ def scratch_base() -> str:
     multiprocessing creates under it (~50 more bytes, of the 108 an AF_UNIX path may have); then /tmp."""
     base = tempfile.gettempdir()
     return base if len(base) <= 48 else "/tmp"
-
-
-def _inductor_cache_dir() -> str:
-    """Where torch.compile caches by default (torch._inductor's default_cache_dir): under the temporary folder."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = f"uid_{os.getuid()}"
-    return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
 
 
 def wait_child(run: Started) -> ChildRun:
