@@ -10,9 +10,9 @@ its probes measured in that cache's folder: the record goes where the cache goes
 both), and the next run on the same file, torch and device reads it.
 
 The record keeps the shortest compile a run measured (its later compiled probes find the cache warm); the allowance
-is MARGIN times it. A graph the cache has not seen (another amp or memory format) compiles longer than that: the
-probe may then run to its limit and be stopped, which costs the exploration what was left of it, never the
-confirmation (Budget.time_left).
+is MARGIN times it. A graph the cache has not seen (another batch size, amp or memory format) compiles longer than
+that: the probe may then run to its limit and be stopped, which costs the exploration what was left of it, never
+the confirmation (Budget.time_left).
 """
 
 from __future__ import annotations
