@@ -3054,30 +3054,3 @@ def test_a_pair_is_reckoned_at_what_the_runs_pairs_took_not_at_two_probes_alone(
     # THEN it is a screen alone (a 1-minute hf_trainer run, reckoning a pair at two probes alone, started one with
     # 8 s left for exploring, and the budget stopped both sides)
     assert result.ok and "lockstep" not in result.extra and len(backend.pairs) == 1
-
-
-@pytest.mark.parametrize("elapsed_s, duels", [(5.0, 3), (31.0, 2)])
-def test_an_open_gain_earns_its_third_duel_only_in_the_budgets_first_half(elapsed_s, duels):
-    # GIVEN augment_cpu's persistent workers at a minute, over 2 workers kept: truly 1.05x, their duels in turn read
-    # 0.97x, 1.14x and 1.02x, so two duels leave the gain open (a 1-minute run spent its third duel from 31 s on and
-    # left its batch ladder over budget: 22.4% short of its 3 minutes' batch 128)
-    reads, runs = [0.97, 1.14, 1.02], []
-
-    def moment(settings, role):
-        if not settings["persistent_workers"]:
-            return 1.0
-        runs.append(role)  # the first is the screen, at the true rate
-        return reads[len(runs) - 2] / 1.05 if 2 <= len(runs) <= len(reads) + 1 else 1.0
-
-    clock = FakeClock()
-    backend = FakeBackend(lambda s: 1000.0 * (1.05 if s["persistent_workers"] else 1.0) * (1 + s["num_workers"]),
-                          steps=8, jitter=0.05, clock=clock, can_pair=False, wall_s=2.0, moment=moment)
-    session = Session(backend, 60.0, clock=clock)
-    session.ledger.start_from(session.run(knobs.full_settings({"batch_size": 16}), "baseline"))
-    workers = session.run(knobs.full_settings({"batch_size": 16, "num_workers": 2}), "ladder:num_workers")
-    alive = session.run({**workers.settings, "persistent_workers": True}, "knob:persistent_workers")
-    clock.now = elapsed_s
-    session.beats(workers, alive)
-    # THEN early in the budget a third duel is run; past its half, two, and the knobs not yet explored go first
-    assert compare.duel_count(session.ledger, workers, alive) == duels
-    assert compare.untold(*compare.gain(session.ledger, workers, alive)[1:])

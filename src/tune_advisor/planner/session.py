@@ -180,8 +180,8 @@ class Session:
         the machine disturbed one of them (`compare.disturbed`). Between
         them both are measured again in a duel, together in lockstep where they can be; a comparison whose CI
         cannot yet tell a loss from a gain has at least MIN_DUELS_UNDECIDED, and a gain still promising but
-        inconclusive after them (loader-bound probes are bursty) earns another, up to MAX_DUELS, in the budget's
-        first half (a gain over the baseline up to MAX_DUELS_AMPLE, and so does a
+        inconclusive after them (loader-bound probes are bursty) earns another, up to MAX_DUELS, while the budget
+        allows (a gain over the baseline up to MAX_DUELS_AMPLE while the budget is ample, and so does a
         `second_look`: the plan's last open comparison, planner/adaptive.py, which goes on while still promising,
         up to MAX_DUELS_SECOND_LOOK). Without the budget for one, the evidence so far decides."""
         ledger = self.ledger
@@ -203,12 +203,9 @@ class Session:
             if asked >= MAX_DUELS and not (second_look or ledger.is_baseline(reference)):
                 break  # duels past MAX_DUELS are for gains over the baseline, or a plan's second look, only
             again_s = max(0.0, plain_wall(reference) + plain_wall(candidate) - 2 * self.budget.typical_probe_s())
-            # past MIN_DUELS_UNDECIDED: in the budget's first half only, but for a second look (nothing else is left
-            # to spend the budget on but the confirmation, whose reserve `affordable` keeps). Later, the knobs not
-            # yet explored go first and the second look comes back to the comparison: a 1-minute augment_cpu run
-            # spent a third duel in turn on persistent workers (1.05x, still open: about 28 s on the three) from 31 s
-            # on, and left its batch ladder over budget (22.4% short of its 3 minutes' batch 128).
-            within = 1.0 if asked < MIN_DUELS_UNDECIDED or second_look else 0.5
+            # past MAX_DUELS: in the budget's first half only, but for a second look (nothing else is left to spend
+            # the budget on but the confirmation, whose reserve `affordable` keeps)
+            within = 1.0 if asked < MAX_DUELS or second_look else 0.5
             if not self.budget.affordable(2, extra_s=again_s, within=within):
                 break
             a, b = self.duel(reference, candidate, first=sum(map(len, ledger.duels.values())) % 2)  # alternate
