@@ -101,6 +101,19 @@ def test_every_renderer_gives_the_more_time_line_where_the_budget_cut_the_plan_a
                                                          html.render(own)))
 
 
+def test_a_run_through_the_python_api_is_told_the_budget_option_not_its_programs_command_line():
+    # GIVEN the quick start's cut run as a benchmark ran it through api.analyze: its argv is the benchmark's
+    cut = golden("io_bound_quickstart")
+    cut["command"] = ["benchmarks/budget_curve.py", "io_bound.py", "--budgets", "1m,3m", "--out", "/tmp/bc"]
+    # THEN the line says to run again with --budget 10m, not `budget_curve.py ... --budget 10m` (which takes none)
+    said = "More time would have tried: compile=default. For the thorough plan, run again with `--budget 10m`"
+    assert said in markdown.render(cut)
+    assert "budget_curve.py" not in markdown.render(cut).split("### Apply it")[0]
+    # AND `python -m tune_advisor` keeps its command, with the budget in place
+    cut["command"] = ["/x/site-packages/tune_advisor/__main__.py", "analyze", "w.py", "--budget", "3m"]
+    assert "run: `python -m tune_advisor analyze w.py --budget 10m`" in markdown.render(cut)
+
+
 def test_write_reports_writes_both_files_atomically(tmp_path):
     paths = write_reports(golden(), tmp_path / "new" / "folder")
     assert [p.name for p in paths] == ["report.html", "report.md"] and all(p.stat().st_size > 1000 for p in paths)

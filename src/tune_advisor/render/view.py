@@ -770,9 +770,23 @@ def _workload(workload: record.Workload) -> list[tuple[str, str]]:
 
 
 def _more_time(command: list[str], more: budget_rules.MoreTime) -> MoreTime:
-    """The line of a plan the budget cut, with the run's own command (`command`, its argv) given more time."""
-    shown = _command(_with_budget(command, more.budget)) if command else f"--budget {more.budget}"  # an API run
+    """The line of a plan the budget cut, with the run's own command (`command`, its argv) given more time where
+    that was tune-advisor's; an API run records its own program's argv (a benchmark's, a notebook's), which takes
+    no --budget: it gets the option alone."""
+    ours = bool(command) and _program(command) is not None
+    shown = _command(_with_budget(command, more.budget)) if ours else f"--budget {more.budget}"
     return MoreTime(more.untried, more.budget, shown)
+
+
+def _program(command: list[str]) -> list[str] | None:
+    """How anyone runs the tool that `command` (an argv) ran: ["tune-advisor"] or ["python", "-m", "tune_advisor"];
+    None where argv[0] is another program."""
+    program = command[0].replace("\\", "/")
+    if program.rsplit("/", 1)[-1] == "tune-advisor":
+        return ["tune-advisor"]
+    if program.endswith("tune_advisor/__main__.py"):
+        return ["python", "-m", "tune_advisor"]
+    return None
 
 
 def _with_budget(argv: list[str], budget: str) -> list[str]:
@@ -792,13 +806,7 @@ def _command(command: list[str]) -> str:
     """argv as a shell line, with this machine's path to the tool replaced by the name anyone can run."""
     if not command:
         return ""
-    argv = list(command)
-    program = argv[0].replace("\\", "/")
-    if program.rsplit("/", 1)[-1] == "tune-advisor":
-        argv[0] = "tune-advisor"
-    elif program.endswith("tune_advisor/__main__.py"):
-        argv[0:1] = ["python", "-m", "tune_advisor"]
-    return shlex.join(argv)
+    return shlex.join((_program(command) or command[:1]) + list(command[1:]))
 
 
 # --- two runs side by side ------------------------------------------------------------------------------------
