@@ -715,13 +715,13 @@ def staircase(doc: record.Document, changes: dict) -> list[Stair]:
 
 def staircase_note(stairs: list[Stair], changes: dict) -> str:
     """What the staircase's rows are: each kept change's own contribution, or, where none was measured on its own
-    (no ablation pair fitted the budget), what the changes bought together."""
+    (the budget left no ablation pair, or the strategy has none), what the changes bought together."""
     if any(s.kind == "change" for s in stairs) or len(changes) < 2:
         return ("Each kept change's own contribution, measured as the recommendation with and without it; the "
                 "product of the rows is the confirmed speedup (a row \"interaction\" says how far the changes "
                 "together differ from the product of their separate contributions).")
-    return (f"The {len(changes)} changes were not measured one at a time (no ablation pair fitted the budget): "
-            "the row is what they bought together, the confirmed speedup, and says nothing of each one's share.")
+    return (f"The {len(changes)} changes were not measured one at a time (see how the planner decided): the row is "
+            "what they bought together, the confirmed speedup, and says nothing of each one's share.")
 
 
 def _environment(env: record.Environment) -> list[tuple[str, str]]:
