@@ -11,7 +11,7 @@ from typing import Any
 from .. import knobs
 from ..analysis import breakeven, parity
 from ..probe.result import ProbeResult, Status
-from . import ablation
+from . import ablation, compile_cost
 from .confirm import confirm
 from .session import Session
 
@@ -100,7 +100,7 @@ class Planner:
             return None
         if mode not in self.unpaid:
             twin = self.session.ledger.seen({**result.settings, "compile": "off"})
-            compile_s = (result.extra.get("compile") or {}).get("compile_s")
+            compile_s = compile_cost.compile_s(result)
             if twin is None or not twin.ok or not twin.step_s or not result.step_s or compile_s is None:
                 return None
             run = breakeven.run_steps(steps, self.ctx.baseline["batch_size"], result.settings["batch_size"])
