@@ -154,15 +154,22 @@ class AdaptivePlanner(Planner):
                 current = found
             self.follow = self._follow(name, current)
 
-    @staticmethod
-    def _follow(explored: str, best: ProbeResult) -> set[str]:
+    def _follow(self, explored: str, best: ProbeResult) -> set[str]:
         """The knobs to explore next after `explored`, where it left `best`: after the loader ladder, keeping
-        `best`'s workers alive across epochs (when its prospect clears the minimum). That prospect is measured on
-        `best` itself, what its epoch starts cost (`_restart_prospect`), where the compute knobs' are rough
-        speedups (COMPUTE_SPEEDUP) that outrank it: a 2-minute lightning_module run kept 4 workers, then spent
-        70 s on bf16, medium, prefetch_factor and a batch ladder, none beyond the noise, and never reached
-        persistent workers, which its 5-minute run kept (4.74x over the baseline to 4 workers' 4.38x)."""
-        if explored == "num_workers" and best.settings["num_workers"] > 0 and not best.settings["persistent_workers"]:
+        `best`'s workers alive across epochs, where what its epoch starts cost (`_restart_prospect`, measured on
+        `best` itself, where the compute knobs' prospects are rough speedups that outrank it) could be told from
+        the noise in the duels in turn it would get (`compare.least_told_in_turn`). A 2-minute lightning_module run
+        kept 4 workers, then spent 70 s on bf16, medium, prefetch_factor and a batch ladder, none beyond the noise,
+        and never reached persistent workers, which its 5-minute run kept (4.74x over the baseline to 4 workers'
+        4.38x; its epoch starts bound them at 1.14-1.19x). A smaller bound waits its turn among the prospects: a
+        1-minute augment_cpu run (2 workers, epoch starts bounding them at 1.08x) spent 26 s on three duels in turn
+        that could not tell them, and its batch ladder and fused optimizer, which its 3-minute run kept, went over
+        budget."""
+        if explored != "num_workers" or not best.settings["num_workers"] or best.settings["persistent_workers"]:
+            return set()
+        prospect = self.prospect("persistent_workers", best)
+        duels = MAX_DUELS_AMPLE if self.session.ledger.is_baseline(best) else MAX_DUELS
+        if prospect.why_not is None and prospect.speedup >= compare.least_told_in_turn(duels):
             return {"persistent_workers"}
         return set()
 
