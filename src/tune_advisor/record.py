@@ -331,6 +331,16 @@ class BestSoFar(Part):
     elapsed_s: Optional[float] = None  # when the plan kept it (absent in files written before it)
 
 
+class Unconfirmed(Part):
+    """A complete run's winner that its confirmation measured but could not tell from the noise (planner/confirm.py
+    `unconfirmed`): the baseline stays recommended, and the verdict says what was measured."""
+
+    probe: str
+    changes: dict[str, Any] = {}
+    speedup: Optional[Speedup] = None
+    budget_short: bool = False  # the budget ended rounds that still read a gain worth keeping: more time would tell
+
+
 class Distributed(Part):
     nproc_per_node: Optional[int] = None
     nnodes: Optional[int] = None
@@ -410,6 +420,7 @@ class Document(Part):
     notes: list[str] = []
     plan: Plan = Field(default_factory=Plan)
     best_so_far: Optional[BestSoFar] = None
+    unconfirmed: Optional[Unconfirmed] = None
 
 
 def parse(document: dict[str, Any]) -> Document:

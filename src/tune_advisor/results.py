@@ -111,11 +111,16 @@ class RunRecord:
             self.document.pop("best_so_far", None)
 
     def complete(self, *, baseline: dict[str, Any], recommended: dict[str, Any], speedup: dict[str, Any] | None,
-                 figures: dict[str, Any], notes: list[str], plan: dict[str, Any]) -> None:
-        """The recommendation and how it was found; the findings, which the rules derive from it, follow. The
-        provisional best so far goes: the recommendation is the answer now."""
+                 figures: dict[str, Any], notes: list[str], plan: dict[str, Any],
+                 unconfirmed: dict[str, Any] | None = None) -> None:
+        """The recommendation and how it was found, and the winner its confirmation could not tell from the noise
+        (`unconfirmed`, where one was); the findings, which the rules derive from it, follow. The provisional best so
+        far goes: the recommendation is the answer now."""
         self.document["run"]["state"] = "complete"
         self.document.pop("best_so_far", None)
+        self.document.pop("unconfirmed", None)
+        if unconfirmed is not None:
+            self.document["unconfirmed"] = unconfirmed
         self.document.update(baseline=baseline, recommended=recommended, speedup=speedup, figures=figures,
                              notes=notes, plan=plan)
 

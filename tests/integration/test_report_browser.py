@@ -165,6 +165,36 @@ def test_a_run_with_nothing_measured_renders_and_says_so(browser, tmp_path, kind
         visit.close()
 
 
+def test_a_winner_the_confirmation_could_not_tell_reads_in_the_verdict_with_the_thorough_plans_command(browser,
+                                                                                                    tmp_path):
+    # GIVEN the cnn run as a one-minute run whose confirmation read its winner within the noise, the budget ending
+    # its rounds: the baseline kept, the figure in `unconfirmed`, the cut in the budget's unexplored list
+    doc = golden("cnn")
+    winner, changes = doc["recommended"], {k: v for k, v in doc["recommended"]["settings"].items()
+                                           if doc["baseline"]["settings"][k] != v}
+    measured = {**doc["speedup"], "median": 1.14, "ci_low": 0.94, "ci_high": 1.38, "later": None}
+    doc.update(recommended=doc["baseline"], speedup=None, findings=[],
+               unconfirmed={"probe": winner["id"], "changes": changes, "speedup": measured, "budget_short": True})
+    doc.setdefault("plan", {})["ablation"] = []
+    described = ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in changes.items())
+    doc["budget"].update(limit_s=60.0, unexplored=[f"{described}: its confirmation's further rounds over budget"])
+    doc["command"] = ["tune-advisor", "analyze", "fixtures/cnn.py", "--budget", "1m"]
+    write_reports(doc, tmp_path)
+    visit = Visit(browser, tmp_path / "report.html")
+    try:
+        visit.assert_clean()
+        # THEN the verdict keeps the settings, names the winner with its measured figure, and says more time would
+        # tell; the thorough plan's command follows
+        verdict = visit.page.locator("#verdict").inner_text()
+        assert f"Keep your settings for now: {described} measured 1.14x (95% CI 0.94–1.38)" in verdict
+        assert "a longer --budget would measure more rounds" in verdict
+        page = visit.page.locator("body").inner_text()
+        assert "tune-advisor analyze fixtures/cnn.py --budget 10m" in page
+        visit.screenshot("report-unconfirmed")
+    finally:
+        visit.close()
+
+
 def test_compare_page_loads_offline(browser, tmp_path):
     path = write_compare(golden("cnn"), golden("io_bound"), tmp_path, ("cnn.json", "io_bound.json"))
     visit = Visit(browser, path)

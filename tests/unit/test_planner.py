@@ -282,7 +282,7 @@ def test_a_gain_one_round_tells_from_the_noise_keeps_back_one_round_and_confirms
     assert session.budget.confirmation_s() == pytest.approx(one)
     # WHEN the confirmation runs with one round's time left
     session.budget.limit_s = clock.now + one + 1.0
-    kept, speedup = confirm(session, base, workers, notes := [])
+    kept, speedup, _ = confirm(session, base, workers, notes := [])
     # THEN one round ran, within the budget, and confirmed the gain with an interval resting on the rounds' spread
     assert kept is workers and "1 round" in speedup["method"] and speedup["ci_low"] > 5.0
     assert len([p for p in session.ledger.probes if p.role.startswith("confirm:")]) == 2
@@ -2054,11 +2054,41 @@ def test_a_rejected_confirmation_keeps_the_baseline_and_states_no_speedup():
     winner = session.run({**base.settings, "amp": "bf16"}, "knob:amp")
     notes: list[str] = []
     # WHEN the confirmation measures them together
-    recommended, speedup = confirm(session, base, winner, notes)
+    recommended, speedup, unconfirmed = confirm(session, base, winner, notes)
     # THEN the baseline stays recommended with no speedup (a figure for settings the report does not recommend
     # would contradict it), and the note says what the confirmation measured
     assert recommended is base and speedup is None
-    assert any(n.startswith("the confirmation measured") and "amp=bf16" in n for n in notes)
+    noted = next(n for n in notes if n.startswith("the confirmation measured") and "amp=bf16" in n)
+    # AND so does results.json's `unconfirmed`, the same figure, with no budget to blame: the rounds ran their course
+    assert unconfirmed["probe"] == winner.id and unconfirmed["changes"] == {"amp": "bf16"}
+    measured = unconfirmed["speedup"]
+    assert f"{measured['median']:.2f}x [{measured['ci_low']:.2f}, {measured['ci_high']:.2f}]" in noted
+    assert unconfirmed["budget_short"] is False and not session.ledger.unexplored
+
+
+def test_a_confirmation_the_budget_ends_while_it_reads_a_gain_says_more_time_would_tell():
+    from tune_advisor.planner.budget import more_time
+    from tune_advisor.planner.confirm import confirm, rounds_to_tell
+
+    # GIVEN a winner truly 1.15x the baseline, steps jittering ±60%, and a budget that holds two rounds (cnn at one
+    # minute: 1.14x [0.94, 1.38], kept the baseline)
+    clock = FakeClock()
+    backend = FakeBackend(lambda s: 1150.0 if s["amp"] == "bf16" else 1000.0, jitter=0.6, clock=clock)
+    session = Session(backend, 30.0, clock=clock)
+    base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
+    winner = session.run({**base.settings, "amp": "bf16"}, "knob:amp")
+    assert rounds_to_tell(1.15) > 2
+    # WHEN it is confirmed
+    recommended, speedup, unconfirmed = confirm(session, base, winner, [])
+    # THEN the baseline stays, and `unconfirmed` says the budget ended rounds that read a gain worth keeping
+    assert recommended is base and speedup is None
+    rounds = unconfirmed["speedup"]
+    assert unconfirmed["budget_short"] is True and rounds["median"] >= 1.03 and rounds["ci_low"] <= 1.0
+    # AND more time is offered for it: the cut names the winner, which no later plan needs to try anew
+    assert session.ledger.unexplored == ["amp=bf16: its confirmation's further rounds over budget"]
+    more = more_time(session.ledger.unexplored, 30.0, [p.settings for p in session.ledger.probes if p.ok],
+                     base.settings)
+    assert more.cut == ["amp=bf16"] and more.untried == [] and more.budget == "10m"
 
 
 @pytest.mark.parametrize("lockstep", [False, True])
@@ -2084,7 +2114,7 @@ def test_a_confirmation_with_one_finished_round_states_that_rounds_figure_and_na
     winner = session.run({**base.settings, "amp": "bf16"}, "knob:amp")
     notes: list[str] = []
     # WHEN it is confirmed
-    recommended, speedup = confirm(session, base, winner, notes)
+    recommended, speedup, _ = confirm(session, base, winner, notes)
     # THEN the one round that finished makes the figure, and a note names the failed probe; its interval rests on
     # the spread of rounds of fresh processes (one round tells nothing of how far the next would read)
     assert recommended is winner and "1 round" in speedup["method"]
@@ -2111,7 +2141,7 @@ def test_a_confirmation_whose_rounds_disagree_runs_more_of_them_while_the_budget
         session = Session(backend, budget_s, clock=clock)
         base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
         winner = session.run({**base.settings, change[0]: change[1]}, f"knob:{change[0]}")
-        _, speedup = confirm(session, base, winner, [])
+        _, speedup, _ = confirm(session, base, winner, [])
         return sum(p.role == "confirm:recommended" for p in session.ledger.probes), speedup
 
     # WHEN nothing limits the time: rounds go on to the cap, the CI still wider than ±5%; rounds one after the
@@ -2252,7 +2282,7 @@ def test_a_precise_confirmation_goes_on_until_its_rounds_span_a_share_of_the_bud
 
         pair = backend.pair
         backend.run, backend.pair = timed, timed_pair
-        _, speedup = confirm(session, base, winner, [])
+        _, speedup, _ = confirm(session, base, winner, [])
         rounds = sum(p.role == "confirm:recommended" for p in session.ledger.probes)
         return rounds, spans[2 * rounds - 1], speedup, session.budget.elapsed()  # when the last round's 2nd probe began
 
@@ -2290,7 +2320,7 @@ def test_a_winner_whose_steps_are_far_longer_is_confirmed_in_lockstep_with_half_
         base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
         winner = session.run({**base.settings, "batch_size": batch}, "knob:batch_size")
         before = len(backend.specs)
-        _, speedup = confirm(session, base, winner, [])
+        _, speedup, _ = confirm(session, base, winner, [])
         paired = {probe_id for pair in backend.pairs for probe_id in pair}
         turns = {s.protocol.turn_s for s in backend.specs[before:] if s.id in paired}
         return step_ratio(base, winner), speedup, backend.pairs, turns
@@ -2336,7 +2366,7 @@ def test_a_confirmation_in_timed_turns_rests_its_interval_on_its_own_rounds_not_
     winner = session.run({**base.settings, "batch_size": 64}, "knob:batch_size")
     # WHEN the budget leaves the confirmation four rounds
     session.budget.limit_s = clock.now + 4 * 2 * backend.wall_s + 2 * backend.wall_s
-    _, speedup = confirm(session, base, winner, [])
+    _, speedup, _ = confirm(session, base, winner, [])
     rounds = [p for p in session.ledger.probes if p.role == "confirm:recommended"]
     assert 2 <= len(rounds) <= 4 and "in turns of about" in speedup["method"]
     # THEN its CI is as wide as four rounds ±20% apart make it (Student's t over them, their spread pooled with that
@@ -2368,7 +2398,7 @@ def test_two_rounds_of_fresh_processes_confirm_a_large_gain_on_the_spread_such_r
     backend.rate = rate
     session.budget.limit_s = clock.now + 1.0  # the least rounds only
     notes: list[str] = []
-    recommended, speedup = confirm(session, base, winner, notes)
+    recommended, speedup, _ = confirm(session, base, winner, notes)
     # THEN their spread is pooled with that of rounds of fresh processes (ROUND_SPREAD over 4 degrees of
     # freedom): t with 5 degrees of freedom, not 1 (t = 12.7 read 1.87x [0.97, 3.59] and kept the baseline)
     assert [p.role for p in session.ledger.probes].count("confirm:recommended") == 2
@@ -2395,7 +2425,7 @@ def test_rounds_that_split_by_who_went_first_widen_the_interval_to_hold_both_and
         base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
         winner = session.run({**base.settings, "batch_size": 256}, "knob:batch_size")
         notes = []
-        _, speedup = confirm(session, base, winner, notes)
+        _, speedup, _ = confirm(session, base, winner, notes)
         rounds = sum(p.role == "confirm:recommended" for p in session.ledger.probes)
         return speedup, notes, rounds
 
@@ -2448,7 +2478,7 @@ def test_a_loader_change_is_confirmed_in_turn_without_blaming_the_step_times():
     session = Session(backend, None, clock=clock)
     base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
     winner = session.run({**base.settings, "num_workers": 8}, "knob:num_workers")
-    _, speedup = confirm(session, base, winner, [])
+    _, speedup, _ = confirm(session, base, winner, [])
     # THEN it runs in turn for its loader, and the method does not give the step times as the reason
     assert backend.pairs == [] and "one after the other" in speedup["method"] and "as long as" not in speedup["method"]
 
@@ -2483,7 +2513,7 @@ def test_rounds_in_turn_measure_short_windows_and_the_budget_keeps_two_of_them()
     assert reserve(amp) == pytest.approx(CONFIRM_MIN_ROUNDS * 24.0)
     # WHEN the budget holds that reserve and the runs alone (24 s) after the three probes so far
     session.budget.limit_s = clock.now + reserve(loader) + 24.0
-    _, speedup = confirm(session, base, loader, [])
+    _, speedup, _ = confirm(session, base, loader, [])
     # THEN two rounds ran in turn, each side measuring at most 4 s, and the runs alone measured in full
     rounds = [p for p in session.ledger.probes if p.role in ("confirm:baseline", "confirm:recommended")]
     alone = [p for p in session.ledger.probes if p.role.startswith("confirm:alone")]
@@ -2493,7 +2523,7 @@ def test_rounds_in_turn_measure_short_windows_and_the_budget_keeps_two_of_them()
     assert clock.now <= session.budget.limit_s + 1e-9
     # AND a lockstep confirmation's sides are not cut: they share every moment, and longer windows settle the ratio
     session.budget.limit_s, before = None, len(backend.specs)
-    _, speedup = confirm(session, base, amp, [])
+    _, speedup, _ = confirm(session, base, amp, [])
     assert backend.pairs and "lockstep" in speedup["method"]
     assert all(s.protocol.max_time_s > CONFIRM_TURN_WINDOW_S for s in backend.specs[before:])
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tune_advisor import knobs, record
-from tune_advisor.render import charts, view
+from tune_advisor.render import charts, markdown, view
 from tune_advisor.render import html as html_report
 
 from ..conftest import golden
@@ -114,6 +114,27 @@ def test_no_change_means_a_single_stair_and_a_keep_verdict():
     report = view.build(document([base], base, base))
     assert report.staircase == [] and report.headline == ""
     assert report.verdict.startswith("Keep your settings") and report.snippet is None
+
+
+@pytest.mark.parametrize("short", [False, True])
+def test_a_winner_the_confirmation_could_not_tell_is_named_in_the_keep_verdict_with_what_it_measured(short):
+    # GIVEN a complete run whose confirmation read batch 64 + channels_last at 1.14x [0.94, 1.38] in two lockstep
+    # rounds (a 1-minute cnn run), the baseline kept; the budget ended the rounds, or they ran their course
+    base = probe("p001", "baseline")
+    win = probe("p009", median=114.0, batch_size=64, channels_last=True)
+    doc = document([base, win], base, base)
+    doc["unconfirmed"] = {"probe": "p009", "changes": {"batch_size": 64, "channels_last": True}, "budget_short": short,
+                          "speedup": {"median": 1.14, "ci_low": 0.94, "ci_high": 1.38,
+                                      "method": "baseline and recommended measured together in lockstep, step by "
+                                                "step, 2 rounds"}}
+    report = view.build(doc)
+    # THEN the verdict keeps the settings, and says what was measured and how, and whether more time would tell
+    said = ("Keep your settings for now: batch_size=64, channels_last=true measured 1.14x (95% CI 0.94–1.38) against "
+            "them when measured again together in lockstep rounds, not beyond the noise")
+    assert report.verdict == said + ("; a longer --budget would measure more rounds." if short else ".")
+    assert report.changes == {} and report.snippet is None and report.headline == ""
+    # AND the markdown report leads with it
+    assert f"**{markdown.escape(said)}" in markdown.render(doc)
 
 
 def test_the_verdict_says_how_the_confirmation_rounds_ran():

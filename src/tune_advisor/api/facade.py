@@ -352,7 +352,7 @@ def _complete(record: RunRecord, outcome: Outcome, session: Session, options: An
                     speedup=outcome.speedup,
                     # both settings' best-founded throughputs, on one level with the speedup; GPU energy per item
                     figures={**shown, "energy": energy} if energy is not None else shown,
-                    notes=outcome.notes, plan=outcome.plan_summary())
+                    notes=outcome.notes, plan=outcome.plan_summary(), unconfirmed=outcome.unconfirmed)
     ruling = time.monotonic()
     record.set_findings(rules.evaluate(record.document, options.select, options.ignore))
     record.phase("rules_s", time.monotonic() - ruling)

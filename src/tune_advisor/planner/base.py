@@ -48,6 +48,7 @@ class Outcome:
     decisions: list[str] = field(default_factory=list)  # why each knob was kept, dropped or skipped
     frontier: dict[str, Any] | None = None  # the batch-size memory frontier, when one was found
     ablation: list[dict[str, Any]] = field(default_factory=list)  # each changed knob's measured contribution
+    unconfirmed: dict[str, Any] | None = None  # the winner the confirmation could not tell (confirm.unconfirmed)
 
     def plan_summary(self) -> dict[str, Any]:
         """The `plan` object of results.json."""
@@ -68,6 +69,7 @@ class Planner:
         self.loss_changed: dict[tuple, str] = {}  # numeric knob values found to change the loss -> why
         self.unpaid: dict[str, str] = {}  # compile modes whose compile time the stated run does not repay -> why
         self.ablation: list[dict[str, Any]] = []  # each changed knob's measured contribution (planner/ablation.py)
+        self.unconfirmed: dict[str, Any] | None = None  # the winner the confirmation could not tell from the noise
 
     def changes_loss(self, result: ProbeResult) -> str | None:
         """Why `result` must not be recommended because its numeric knobs (AMP, compile, matmul precision) changed
@@ -144,7 +146,7 @@ class Planner:
         winner, self.ablation = ablation.ablate(self.session, base, winner, self.notes, self.decisions)
         if winner.settings == base.settings:
             return self.outcome(base, base, None)
-        recommended, speedup = confirm(self.session, base, winner, self.notes)
+        recommended, speedup, self.unconfirmed = confirm(self.session, base, winner, self.notes)
         return self.outcome(base, recommended, speedup)
 
     def search(self, base: ProbeResult) -> ProbeResult:
@@ -154,4 +156,4 @@ class Planner:
     def outcome(self, base: ProbeResult, recommended: ProbeResult, speedup: dict[str, Any] | None) -> Outcome:
         ledger = self.session.ledger
         return Outcome(self.strategy, base, recommended, speedup, ledger.probes, ledger.unexplored, self.notes,
-                       self.decisions, self.frontier, self.ablation)
+                       self.decisions, self.frontier, self.ablation, self.unconfirmed)

@@ -111,16 +111,17 @@ CONFIRM_FRESH_PARENTS = True  # off only where the tests' short confirmations sk
 
 
 def confirm(session, base: ProbeResult, winner: ProbeResult,
-            notes: list[str]) -> tuple[ProbeResult, dict[str, Any] | None]:
+            notes: list[str]) -> tuple[ProbeResult, dict[str, Any] | None, dict[str, Any] | None]:
     """Measure baseline and winner together in lockstep rounds (CONFIRM_MIN_ROUNDS, then up to CONFIRM_ROUNDS
     while the budget allows, and on up to CONFIRM_MAX_ROUNDS (rounds in turn: up to CONFIRM_MAX_ROUNDS_IN_TURN,
     each side's window capped; in timed turns: up to that too) while the
     speedup's CI is wider than ±CONFIRM_PRECISION or the rounds span less than CONFIRM_SPAN_SHARE of the budget
     (step by step, up to CONFIRM_MAX_ROUNDS_IN_TURN for that span, within the budget);
     the first mover alternates): drift hits both alike. Then, where time is left,
-    each once more alone, for the figures the report prints. Returns (recommended, speedup); the speedup is None
-    when the baseline stays recommended (the note says what the confirmation measured: a speedup beside unchanged
-    settings would be one the report does not recommend).
+    each once more alone, for the figures the report prints. Returns (recommended, speedup, unconfirmed); the speedup
+    is None when the baseline stays recommended (a speedup beside unchanged settings would be one the report does
+    not recommend): what the confirmation measured then is in a note and in `unconfirmed` (`unconfirmed`), which is
+    None otherwise.
 
     The speedup is the Hodges-Lehmann centre of the rounds' ratios with a 95% CI over the rounds
     (`stats.rounds_ratio_interval`): from seven rounds the centre's own interval from their pairwise means, stray
@@ -133,7 +134,7 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
 
     `session` is the planner's Session (planner/session.py).
     """
-    rounds, timed, ran_out = _rounds(session, base, winner)
+    rounds, timed, ran_out, short = _rounds(session, base, winner)
     if ran_out:
         notes.append(f"the confirmation's lockstep round ended when {ran_out.id}'s training ended by itself (a script "
                      "that ran out of epochs), before its partner had measured enough: its rounds ran one after the "
@@ -149,7 +150,7 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
                 else f"failed ({failed.status.value}: {failed.error})")
         notes.append(f"confirmation probe {failed.id} {what}; {keeps}")
         if not finished:
-            return base, None
+            return base, None, None
     speedup = _speedup(session, rounds, base, winner, timed, notes)
     differs = compile_disagreement(session.ledger.probes, [b for _, b in rounds], winner.settings)
     if differs:
@@ -160,15 +161,31 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
         notes.append(f"the confirmation measured {median:.2f}x [{low:.2f}, {high:.2f}] for "
                      f"{knobs.describe(winner.settings, base.settings)}: within noise, so the baseline "
                      "stays recommended")
-        return base, None
-    return winner, speedup
+        short = short and promising(median, low)
+        if short:  # more time would have run the rounds that tell (planner/budget.py `more_time` reads this)
+            session.ledger.unexplored.append(f"{knobs.describe(winner.settings, base.settings)}: its confirmation's "
+                                             "further rounds over budget")
+        return base, None, unconfirmed(base, winner, speedup, short)
+    return winner, speedup, None
+
+
+def unconfirmed(base: ProbeResult, winner: ProbeResult, speedup: dict[str, Any], short: bool) -> dict[str, Any]:
+    """results.json `unconfirmed`: the winner a complete run's confirmation measured but could not tell from the
+    noise, so that the verdict says what it measured rather than only that nothing beat the baseline: its probe,
+    what it changes, the confirmation's speedup, and `budget_short`, whether the budget ended rounds that still
+    read a gain worth keeping (more time would tell). A 1-minute cnn run confirmed batch 64 + channels_last at
+    1.14x [0.94, 1.38] in two rounds; its report said only "no change beat the baseline by more than the measured
+    noise", and its 3-minute run kept them."""
+    return {"probe": winner.id, "changes": {k: v for k, v in winner.settings.items() if base.settings.get(k) != v},
+            "speedup": speedup, "budget_short": short}
 
 
 def _rounds(session, base: ProbeResult, winner: ProbeResult
-            ) -> tuple[list[tuple[ProbeResult, ProbeResult]], bool, ProbeResult | None]:
+            ) -> tuple[list[tuple[ProbeResult, ProbeResult]], bool, ProbeResult | None, bool]:
     """The confirmation's rounds, as many as `confirm`'s rules ask and the budget allows; whether they ran in timed
-    turns; and the side whose training ended by itself in a lockstep round before its partner had measured enough
-    (None if none): the rounds then run one after the other, where each side measures what its training holds."""
+    turns; the side whose training ended by itself in a lockstep round before its partner had measured enough
+    (None if none): the rounds then run one after the other, where each side measures what its training holds;
+    and whether the budget ended the rounds where `confirm`'s rules asked for another."""
     rounds: list[tuple[ProbeResult, ProbeResult]] = []
     started = session.budget.elapsed()
     turn, timed = _kind(session.pairs(base, winner), base, winner)
@@ -182,7 +199,7 @@ def _rounds(session, base: ProbeResult, winner: ProbeResult
         # print the figures, and without them the figures come from the rounds (planner/figures.py)
         alone = i < least or not _undecided(session, rounds, base, winner, timed)
         if i >= least and not _affords_round(session, base, winner, turn, alone=alone):
-            break
+            return rounds, timed, ran_out, True
         if i >= CONFIRM_ROUNDS and _precise(session, rounds, base, winner, timed) and (
                 _spanned(session, started) or not _affords_round(session, base, winner, turn, grace=False)):
             break
@@ -197,7 +214,7 @@ def _rounds(session, base: ProbeResult, winner: ProbeResult
         rounds.append((a, b))
         if not (a.ok and b.ok):
             break
-    return rounds, timed, ran_out
+    return rounds, timed, ran_out, False
 
 
 def _ran_out(a: ProbeResult, b: ProbeResult) -> ProbeResult | None:

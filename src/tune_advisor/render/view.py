@@ -270,7 +270,7 @@ def build(document: record.Document | Mapping[str, Any], cost_per_hour: float | 
         changes=changes,
         speedup=_speedup(doc.speedup),
         verdict=_verdict(baseline, recommended, changes, probes, doc.speedup, doc.best_so_far, energy,
-                         running=doc.run is not None and doc.run.state == "running"),
+                         running=doc.run is not None and doc.run.state == "running", unconfirmed=doc.unconfirmed),
         snippet=_snippet(recommended, base_settings, framework) if changes else None,
         batch_note=batch_note,
         findings=sorted(findings, key=_finding_order),
@@ -339,7 +339,8 @@ def _title(workload: record.Workload) -> str:
 
 def _verdict(baseline: record.Probe | None, recommended: record.Probe | None, changes: dict,
              probes: list[record.Probe], speedup: record.Speedup | None, best: record.BestSoFar | None = None,
-             energy: Energy | None = None, running: bool = False) -> str:
+             energy: Energy | None = None, running: bool = False, unconfirmed: record.Unconfirmed | None = None
+             ) -> str:
     if baseline is None:
         return ("No baseline measurement: the run stopped before its first probe finished." if not probes else
                 "No baseline probe in this file.")
@@ -354,7 +355,8 @@ def _verdict(baseline: record.Probe | None, recommended: record.Probe | None, ch
         return "The baseline was measured; no recommendation yet (the run stopped early or is still going)." + \
             _best_so_far(best, running)
     if not changes:
-        return "Keep your settings: no change beat the baseline by more than the measured noise."
+        return _unconfirmed(unconfirmed) or "Keep your settings: no change beat the baseline by more than the " \
+                                            "measured noise."
     if speedup is not None and speedup.median is not None:
         if energy is not None:  # the energy figure comes from runs alone, not from the confirmation's rounds
             return (f"Change {knobs.describe(changes)}: {fmt_speedup(plain(speedup))} faster and {energy.clause}; "
@@ -363,6 +365,17 @@ def _verdict(baseline: record.Probe | None, recommended: record.Probe | None, ch
         return (f"Change {knobs.describe(changes)}: {fmt_speedup(plain(speedup))} faster, confirmed by measuring "
                 f"baseline and recommended again, {_rounds_kind(speedup.method)}.")
     return f"Change {knobs.describe(changes)} (not confirmed by measuring it again beside the baseline)."
+
+
+def _unconfirmed(found: record.Unconfirmed | None) -> str:
+    """The verdict of a run whose confirmation measured a winner it could not tell from the noise (results.json
+    `unconfirmed`): what it measured, and whether more time would tell; '' where there was none."""
+    if found is None or found.speedup is None or found.speedup.median is None or not found.changes:
+        return ""
+    more = "; a longer --budget would measure more rounds" if found.budget_short else ""
+    return (f"Keep your settings for now: {knobs.describe(found.changes)} measured "
+            f"{fmt_speedup(plain(found.speedup))} against them when measured again "
+            f"{_rounds_kind(found.speedup.method)}, not beyond the noise{more}.")
 
 
 def _best_so_far(best: record.BestSoFar | None, running: bool = False) -> str:
