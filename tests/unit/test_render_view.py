@@ -137,6 +137,32 @@ def test_a_winner_the_confirmation_could_not_tell_is_named_in_the_keep_verdict_w
     assert f"**{markdown.escape(said)}" in markdown.render(doc)
 
 
+def test_a_finding_on_the_change_the_confirmation_could_not_tell_quotes_the_verdicts_figure():
+    # GIVEN a 1-minute cnn run: its confirmation read channels_last 1.10x [0.99, 1.19], the baseline kept, and TA501
+    # quoting its own figure for channels_last over all the probes, 1.03x [1.01, 1.07]
+    base = probe("p001", "baseline")
+    win = probe("p014", median=110.0, channels_last=True)
+    doc = document([base, win], base, base)
+    doc["unconfirmed"] = {"probe": "p014", "changes": {"channels_last": True}, "budget_short": True,
+                          "speedup": {"median": 1.10, "ci_low": 0.99, "ci_high": 1.19,
+                                      "method": "baseline and recommended measured together in lockstep, 4 rounds"}}
+    doc["findings"] = [{"code": "TA501", "name": "channels-last-unused", "severity": "warning",
+                        "message": "channels_last=True trains 1.03x [1.01, 1.07] faster (7 conv layers)",
+                        "fix": {"settings": {"channels_last": True}, "snippet": ""},
+                        "gain": {"measured": True, "speedup": {"median": 1.03, "ci_low": 1.01, "ci_high": 1.07},
+                                 "time_saved_frac": 0.03}, "probes": ["p001", "p014"], "evidence": {}}]
+    report = view.build(doc)
+    # THEN the finding shows the confirmation's figure, the one the verdict quotes, and says where it comes from
+    finding = report.findings[0]
+    assert finding.message == "channels_last=True trains 1.10x [0.99, 1.19] faster (7 conv layers)"
+    assert finding.speedup == {"median": 1.10, "ci_low": 0.99, "ci_high": 1.19}
+    assert finding.basis.startswith("the confirmation, not beyond the noise") and "1.10x (95% CI 0.99–1.19)" in \
+        report.verdict
+    # AND a finding on another change keeps its own figure
+    doc["unconfirmed"]["changes"] = {"channels_last": True, "batch_size": 64}
+    assert view.build(doc).findings[0].message.startswith("channels_last=True trains 1.03x [1.01, 1.07]")
+
+
 def test_the_verdict_says_how_the_confirmation_rounds_ran():
     base = probe("p001", "baseline")
     win = probe("p002", median=200.0, batch_size=64)
