@@ -120,8 +120,8 @@ def confirm(session, base: ProbeResult, winner: ProbeResult,
     the first mover alternates): drift hits both alike. Then, where time is left,
     each once more alone, for the figures the report prints. Returns (recommended, speedup, unconfirmed); the speedup
     is None when the baseline stays recommended (a speedup beside unchanged settings would be one the report does
-    not recommend): what the confirmation measured then is in a note and in `unconfirmed` (`unconfirmed`), which is
-    None otherwise.
+    not recommend): what the confirmation measured then is in a note and in `unconfirmed` (the function below),
+    which is None otherwise.
 
     The speedup is the Hodges-Lehmann centre of the rounds' ratios with a 95% CI over the rounds
     (`stats.rounds_ratio_interval`): from seven rounds the centre's own interval from their pairwise means, stray
