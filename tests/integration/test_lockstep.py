@@ -141,8 +141,25 @@ def test_a_partner_that_fails_before_any_measured_step_leaves_a_stopped_side_wit
     reference, candidate = lockstep.run_pair(pair, tmp_path, ["recheck", "ladder:batch_size"], first=1)
     # THEN the candidate has its own status, and the reference, which measured nothing, is never "ok"
     assert candidate.status is status, candidate.error
-    assert reference.status is Status.STOPPED and not reference.ok and reference.step_s == []
+    assert reference.status is Status.STOPPED and not reference.ok and reference.step_s == [], reference.error
     assert f"partner candidate-1 ended ({status.value})" in reference.error
+
+
+def test_a_partner_that_ends_while_this_side_still_builds_leaves_it_stopped_not_failed(tmp_path, spawned):
+    # GIVEN a reference whose workload file takes 3 s to import, and a candidate that moves first and crashes in its
+    # warm-up: the pair has ended before the reference joins it
+    slow = tmp_path / "slow.py"
+    slow.write_text("import time\ntime.sleep(3)\n" + TINY.read_text())
+    pair = [dataclasses.replace(specs(tmp_path)[0], workload=str(slow)),
+            specs(tmp_path, failing(tmp_path, "import os; os.abort()", fail_at=1))[1]]
+    # WHEN the pair runs
+    reference, candidate = lockstep.run_pair(pair, tmp_path, ["recheck", "ladder:batch_size"], first=1)
+    # THEN the reference finds the parent's "stop" waiting for it and ends stopped by its partner, not as a failure
+    # of its own ("cannot join the gate's lockstep (No such file or directory)": the parent had removed the pair's
+    # channels before the late side opened them, in about one run of four of the test above)
+    assert candidate.status is Status.CRASHED
+    assert reference.status is Status.STOPPED and reference.step_s == [], reference.error
+    assert "partner candidate-1 ended (crashed)" in reference.error
 
 
 def test_the_wall_clock_limit_kills_both_sides(tmp_path, spawned):

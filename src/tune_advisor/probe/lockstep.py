@@ -515,13 +515,18 @@ def run_pair(specs: Sequence[ProbeSpec], workdir: Path, roles: Sequence[str], fi
             probe.kill()
         for probe in probes:
             runner.finish_probe(probe)
+        _close(channels)
         raise
     finally:
         if pair is not None:
             pair.close()
-        for channel in channels:
-            channel.close()
-    results = [runner.finish_probe(probe) for probe in probes]
+    # The channels stay until both children have ended: a side still importing its workload when its partner
+    # ended opens them later and must find the "stop" waiting (removed first, it failed to join, "No such file or
+    # directory", and ended as an error of its own settings rather than stopped by its partner)
+    try:
+        results = [runner.finish_probe(probe) for probe in probes]
+    finally:
+        _close(channels)
     for side, result in enumerate(results):
         partner = results[1 - side]
         result.extra.setdefault("lockstep", {}).update(first=side == first, stopped=why, partner=partner.id)
@@ -530,6 +535,11 @@ def run_pair(specs: Sequence[ProbeSpec], workdir: Path, roles: Sequence[str], fi
         if culprit is not None and side != culprit and not _partner_finished(result, partner, specs[0].protocol):
             _stopped_by_partner(result, partner)
     return results
+
+
+def _close(channels: list[_Channel]) -> None:
+    for channel in channels:
+        channel.close()
 
 
 def _partner_finished(result: ProbeResult, partner: ProbeResult, protocol: Protocol) -> bool:
