@@ -527,14 +527,21 @@ def run_pair(specs: Sequence[ProbeSpec], workdir: Path, roles: Sequence[str], fi
         results = [runner.finish_probe(probe) for probe in probes]
     finally:
         _close(channels)
+    _annotate(results, pair, first, why, culprit, specs[0].protocol)
+    return results
+
+
+def _annotate(results: list[ProbeResult], pair: _Pair | None, first: int, why: str, culprit: int | None,
+              protocol: Protocol) -> None:
+    """Each side's `extra.lockstep` (who went first, why the pair stopped, its partner, its steps per turn), and a
+    side whose partner made the pair stop marked stopped by it."""
     for side, result in enumerate(results):
         partner = results[1 - side]
         result.extra.setdefault("lockstep", {}).update(first=side == first, stopped=why, partner=partner.id)
         if pair is not None and any(steps > 1 for steps in pair.turns[side]):
             result.extra["lockstep"]["turns"] = pair.turns[side]
-        if culprit is not None and side != culprit and not _partner_finished(result, partner, specs[0].protocol):
+        if culprit is not None and side != culprit and not _partner_finished(result, partner, protocol):
             _stopped_by_partner(result, partner)
-    return results
 
 
 def _close(channels: list[_Channel]) -> None:
