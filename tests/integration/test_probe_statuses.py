@@ -205,6 +205,34 @@ def test_a_probes_limit_holds_the_start_of_its_new_zygote(tmp_path, monkeypatch)
     assert clock.monotonic() - started - result.wall_s < 1.0
 
 
+def test_the_budget_left_for_a_probe_holds_the_start_of_the_parent_it_waits_for(tmp_path, monkeypatch):
+    import time as clock
+
+    from tune_advisor import knobs
+    from tune_advisor.probe import runner
+    from tune_advisor.probe.spec import ProbeSpec, Protocol
+
+    class SlowZygote(runner.Zygote):  # a loaded machine: the parent takes 2 s more to import torch
+        def __init__(self, *args, **kwargs):
+            clock.sleep(2.0)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "Zygote", SlowZygote)
+    monkeypatch.setenv("TUNE_ADVISOR_TEST_NEW_ENVIRONMENT", "1")  # the zygote at hand no longer serves: a new one
+    # GIVEN a probe that would measure for a minute, not asking for a fresh parent, with 4 s of the budget left
+    spec = ProbeSpec(id="p1", workload=str(WORKLOADS / "tiny_mlp.py"), settings=knobs.full_settings({}),
+                     protocol=Protocol(warmup_steps=1, min_steps=10**6, min_time_s=60.0, max_steps=10**6,
+                                       max_time_s=60.0), budget_left_s=4.0)
+    started = clock.monotonic()
+    result = runner.run_probe(spec, tmp_path)
+    took = clock.monotonic() - started
+    # THEN the budget stops it 4 s after it was asked for, the parent's start included (a last probe of a 10 s
+    # budget ended the plan past it so), stopped by the budget, not timed out; its wall time is its child's alone
+    assert result.status is Status.STOPPED and result.extra["budget_stopped"], result.error
+    assert 4.0 <= took < 4.0 + 1.0, took
+    assert result.wall_s < took - 1.5
+
+
 def test_a_probe_whose_new_parent_is_not_ready_by_its_deadline_stops_there(tmp_path, stuck_zygotes):
     from tune_advisor import knobs
     from tune_advisor.probe import runner

@@ -1587,10 +1587,9 @@ def test_probes_get_what_is_left_of_the_budget_as_their_limit():
     assert session.budget.time_left("ladder:batch_size") == 60.0 - 20.0 - 20.0
     assert session.budget.time_left("confirm:baseline") == 60.0 * (1 + CONFIRM_GRACE) - 20.0
     assert Session(backend).budget.time_left("knob:amp") is None
-    # AND the runner's limit is the smaller of the probe timeout and that, and says which it is
-    spec = ProbeSpec(id="p1", workload="w.py", settings={}, timeout_s=120.0, budget_left_s=10.0)
-    assert spec.limit_s == 10.0 and spec.budget_bound
-    assert not ProbeSpec(id="p1", workload="w.py", settings={}, timeout_s=5.0, budget_left_s=10.0).budget_bound
+    # AND the runner's limit is the smaller of the probe timeout and that
+    assert ProbeSpec(id="p1", workload="w.py", settings={}, timeout_s=120.0, budget_left_s=10.0).limit_s == 10.0
+    assert ProbeSpec(id="p1", workload="w.py", settings={}, timeout_s=5.0, budget_left_s=10.0).limit_s == 5.0
     # AND a lockstep side, paused while its partner steps, gets twice the probe timeout, within the budget
     fifo = {"go": "g", "done": "d"}
     assert ProbeSpec(id="p1", workload="w.py", settings={}, timeout_s=5.0, lockstep=fifo).limit_s == 10.0

@@ -50,12 +50,14 @@ class Started:
     """A running probe child (`start_probe`) until `finish_probe` or `wait_child` waits for it."""
 
     def __init__(self, spec: ProbeSpec, workdir: Path, role: str, child, result_path: Path, log_path: Path,
-                 scratch: Path, started: float, launcher: Launcher | None = None):
+                 scratch: Path, started: float, launcher: Launcher | None = None, budget_end: float = math.inf):
         self.spec, self.workdir, self.role, self.child, self.launcher = spec, workdir, role, child, launcher
         self.result_path, self.log_path, self.scratch = result_path, log_path, scratch
         self.pid = child.pid  # also its process group: the child leads a session of its own
         self.started = started
-        self.deadline = self.started + spec.limit_s
+        # budget_end: when the budget's share for it ends, counted from the asking (start_probe)
+        self.deadline = min(self.started + spec.limit_s, budget_end)
+        self.budget_ends_it = budget_end <= self.started + spec.limit_s  # not the probe's own limit
         self.sampler = TreeMemorySampler(child.pid)
         if self.began:
             self.sampler.start()
@@ -91,6 +93,9 @@ def start_probe(spec: ProbeSpec, workdir: Path, role: str = "", python: str = sy
     if spec.distributed and launcher is None:
         raise ValueError(f"probe {spec.id} is distributed: it needs a launcher (a TorchrunBackend's)")
     asked = time.monotonic()
+    # what is left of the budget counts from the asking: a parent started for the probe must fit in it too (a
+    # last probe of a 10 s budget, waiting 2.7 s for a new parent, ended the plan 0.15 s past the budget)
+    budget_end = math.inf if spec.budget_left_s is None else asked + spec.budget_left_s
     workdir.mkdir(parents=True, exist_ok=True)
     spec_path = workdir / f"{spec.id}.spec.json"
     result_path = workdir / f"{spec.id}.result.json"
@@ -112,16 +117,20 @@ def start_probe(spec: ProbeSpec, workdir: Path, role: str = "", python: str = sy
     else:
         if spec.fresh_parent and not _unused(slot):
             retire_zygote(slot)
-        # a new parent's start counts against the probe (below), so the wait for it ends at the probe's deadline
-        ready_by = min(asked + spec.limit_s, math.inf if ready_by is None else ready_by) if spec.fresh_parent else None
-        child = start_child(python, [str(spec_path), str(result_path)], log_path, env, slot, ready_by, spec.preload)
+        # a new parent's start counts against the probe (below), so the wait for it ends at the probe's deadline;
+        # any parent's start (a zygote's first, or one for a new environment) ends where the budget does
+        own_end = asked + spec.limit_s if spec.fresh_parent else math.inf
+        ready_by = min(own_end, budget_end, math.inf if ready_by is None else ready_by)
+        child = start_child(python, [str(spec_path), str(result_path)], log_path, env, slot,
+                            None if ready_by == math.inf else ready_by, spec.preload)
         if isinstance(child, NotStarted):
             phase_path.write_text(NEW_PARENT_PHASE)
     # A probe that asked for a new parent (spec.fresh_parent) counts its start, seconds long, against its limit and
     # in its wall time: the start is its own, and the budget must hold it. Others begin when their child does (a
     # zygote's first start, or a restart for a new environment, is the process's, not one probe's).
     started = asked if spec.fresh_parent else time.monotonic()
-    return Started(spec, workdir, role, child, result_path, log_path, Path(env["TMPDIR"]), started, launcher)
+    return Started(spec, workdir, role, child, result_path, log_path, Path(env["TMPDIR"]), started, launcher,
+                   budget_end)
 
 
 def _child_env() -> dict[str, str]:
@@ -435,13 +444,13 @@ def finish_probe(started: Started) -> ProbeResult:
         where = f" (last phase: {run.phase})" if run.phase else ""
         killed = (f"killed the probe's process group ({run.killed} process{'es' if run.killed != 1 else ''})"
                   if run.began else "its new parent was ended before it forked the probe's child")
-        if spec.budget_bound:  # the analysis ran out of time, not the probe: no verdict on its settings
+        if started.budget_ends_it:  # the analysis ran out of time, not the probe: no verdict on its settings
             result.status = Status.STOPPED
             # an exploring probe's limit is the budget less the time kept for the ablation and confirmation
             # (Budget.time_left): an H200 run read "the budget ran out" at 37 s of its 75
             what = ("the analysis budget (--budget)" if role.startswith("confirm") else
                     "the time the analysis budget (--budget) leaves for exploring, before the confirmation,")
-            result.error = f"stopped: {what} ran out {spec.limit_s:.1f} s into it{where}; {killed}"
+            result.error = f"stopped: {what} ran out {spec.budget_left_s:.1f} s into it{where}; {killed}"
             result.extra["budget_stopped"] = True
         else:
             result.status = Status.TIMEOUT

@@ -69,11 +69,6 @@ class ProbeSpec:
         limit = self.timeout_s * (COMPILE_TIME_FACTOR if compiling else 1) * (2 if self.lockstep else 1)
         return limit if self.budget_left_s is None else min(limit, self.budget_left_s)
 
-    @property
-    def budget_bound(self) -> bool:
-        """Whether the budget, not the probe timeout, sets `limit_s`."""
-        return self.budget_left_s is not None and self.limit_s == self.budget_left_s
-
     def to_json(self) -> str:
         return json.dumps(asdict(self))
 
