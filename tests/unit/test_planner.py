@@ -1617,7 +1617,7 @@ def test_a_budget_stopped_probe_says_whose_time_ran_out(tmp_path, monkeypatch):
 
     # GIVEN probes the runner killed at their budget-bound limit (the child left no result)
     monkeypatch.setattr(runner, "wait_child", lambda started: runner.ChildRun(
-        None, None, True, 0, 1, "measuring", "", 10.0))
+        None, None, True, 0, 1, "measuring", "", 10.0, budget_ended=True))
     spec = ProbeSpec(id="p4", workload="w.py", settings={}, timeout_s=120.0, budget_left_s=10.0)
 
     def stopped(role):

@@ -35,8 +35,10 @@ class ChildRun:
 
     def __init__(self, returncode: int | None, result: dict | None, timed_out: bool, peak_bytes: int,
                  killed: int, phase: str, log_tail: str, wall_s: float, rss_sum_peak_bytes: int | None = None,
-                 peak_counts: str | None = None, smaps_unreadable: str | None = None, began: bool = True):
+                 peak_counts: str | None = None, smaps_unreadable: str | None = None, began: bool = True,
+                 budget_ended: bool = False):
         self.returncode, self.result, self.timed_out = returncode, result, timed_out
+        self.budget_ended = budget_ended  # timed out where the budget's end, not the probe's own limit, came first
         self.peak_bytes, self.killed, self.phase, self.log_tail, self.wall_s = (
             peak_bytes, killed, phase, log_tail, wall_s)
         # peak_bytes: the sampled tree's peak with pages shared by forked workers counted once (where smaps_rollup
@@ -207,7 +209,8 @@ def wait_child(run: Started) -> ChildRun:
     sampler = run.sampler
     return ChildRun(child.returncode, result, run.timed_out, sampler.peak_bytes, run.killed, phase,
                     _tail(log_path), wall, rss_sum_peak_bytes=sampler.rss_sum_peak_bytes,
-                    peak_counts=sampler.peak_counts, smaps_unreadable=sampler.smaps_unreadable, began=run.began)
+                    peak_counts=sampler.peak_counts, smaps_unreadable=sampler.smaps_unreadable, began=run.began,
+                    budget_ended=run.timed_out and run.budget_ends_it)
 
 
 class Forked:
@@ -444,7 +447,7 @@ def finish_probe(started: Started) -> ProbeResult:
         where = f" (last phase: {run.phase})" if run.phase else ""
         killed = (f"killed the probe's process group ({run.killed} process{'es' if run.killed != 1 else ''})"
                   if run.began else "its new parent was ended before it forked the probe's child")
-        if started.budget_ends_it:  # the analysis ran out of time, not the probe: no verdict on its settings
+        if run.budget_ended:  # the analysis ran out of time, not the probe: no verdict on its settings
             result.status = Status.STOPPED
             # an exploring probe's limit is the budget less the time kept for the ablation and confirmation
             # (Budget.time_left): an H200 run read "the budget ran out" at 37 s of its 75
