@@ -292,12 +292,12 @@ def test_a_gain_one_round_tells_from_the_noise_keeps_back_one_round_and_confirms
 def test_the_confirmation_keeps_back_the_rounds_that_could_tell_the_kept_gain_from_noise():
     from tune_advisor.planner.confirm import CONFIRM_MIN_ROUNDS, RESERVE_MAX_ROUNDS, rounds_to_tell
 
-    # THEN one round for a gain one tells at the rounds' spread (about 1.49x and up), two from about 1.3x, more for
+    # THEN one round for a gain one tells at the rounds' spread (about 1.34x and up), two from about 1.21x, more for
     # a smaller one, and the least again where not even RESERVE_MAX_ROUNDS could tell it, or nothing is known
-    assert rounds_to_tell(1.5) == rounds_to_tell(11.0) == 1
-    assert rounds_to_tell(1.45) == rounds_to_tell(1.31) == CONFIRM_MIN_ROUNDS
-    assert CONFIRM_MIN_ROUNDS < rounds_to_tell(1.25) < rounds_to_tell(1.2) < rounds_to_tell(1.15) <= RESERVE_MAX_ROUNDS
-    assert rounds_to_tell(1.1) == rounds_to_tell(None) == rounds_to_tell(float("nan")) == CONFIRM_MIN_ROUNDS
+    assert rounds_to_tell(1.35) == rounds_to_tell(11.0) == 1
+    assert rounds_to_tell(1.33) == rounds_to_tell(1.22) == CONFIRM_MIN_ROUNDS
+    assert CONFIRM_MIN_ROUNDS < rounds_to_tell(1.2) < rounds_to_tell(1.15) < rounds_to_tell(1.12) <= RESERVE_MAX_ROUNDS
+    assert rounds_to_tell(1.08) == rounds_to_tell(None) == rounds_to_tell(float("nan")) == CONFIRM_MIN_ROUNDS
 
     # GIVEN varlen_transformer's shape at a minute: batch 64 and the fused optimizer each 1.1x, steps jittering ±10%,
     # lockstep pairs, 5 s probes
@@ -308,11 +308,11 @@ def test_the_confirmation_keeps_back_the_rounds_that_could_tell_the_kept_gain_fr
                           baseline={"batch_size": 32}, explore=("batch_size", "optimizer_impl"), budget_s=60,
                           lockstep=True, jitter=0.1)
     roles = [p.role for p in outcome.probes]
-    # THEN the time a third round needs is not spent on ablation pairs (the search's measures decide them), and
-    # the rounds confirm the two (a 1-minute varlen_transformer run measured both ablation pairs, read 1.15x and
-    # 1.14x in two rounds and kept the baseline)
-    assert not any(r.startswith("ablate:") for r in roles)
-    assert roles.count("confirm:recommended") >= 3
+    # THEN the rounds that could tell their gain together (about 1.21x: two) are not spent on ablation pairs (the
+    # search's measures decide those the budget leaves no time for), and the rounds confirm the two (a 1-minute
+    # varlen_transformer run measured both ablation pairs, read 1.15x and 1.14x in two rounds and kept the baseline)
+    assert roles.count("confirm:recommended") >= CONFIRM_MIN_ROUNDS
+    assert outcome.speedup["ci_low"] > 1.0
     assert {k: outcome.recommended.settings[k] for k in ("batch_size", "optimizer_impl")} == \
         {"batch_size": 64, "optimizer_impl": "fused"}
 
@@ -994,7 +994,7 @@ def test_a_lockstep_pair_too_short_for_its_loaders_waves_is_one_measurement_at_t
     median, low, high = compare.gain(ledger, small, large)
     # THEN the pair is one measurement of the ratio, with one round's interval at the rounds' spread: not a point
     assert (median, low, high) == pytest.approx(stats.rounds_with_prior([median]))
-    assert low < median / 1.3 and high > median * 1.3
+    assert low < median / 1.2 and high > median * 1.2
     # AND a second such pair is a second round: their own spread pooled with the rounds'
     again = side("p018", 128, large.step_s), side("p019", 32, small.step_s)
     ledger.note_duel(small.settings, large.settings, (again[1], again[0]))
@@ -1023,15 +1023,15 @@ def test_a_real_gain_hidden_by_a_slow_moment_is_found_by_a_lockstep_pair():
     outcome, backend = run_plan(lambda s: 1000.0 * (1.12 if s["amp"] == "bf16" else 1.0), workload=MLP,
                                 search={"batch_size": [16]}, device=CPU_AMP_ONLY, lockstep=True,
                                 moment=lambda s, role: 0.85 if s["amp"] == "bf16" and role == "knob:amp" else 1.0)
-    # THEN its one pair beside the baseline found the gain, and the confirmation measured it (seven pairs: below
-    # seven, the spread of rounds of fresh processes keeps the CI wider than ±5%); the recommendation's only change,
+    # THEN its one pair beside the baseline found the gain, and the confirmation measured it (six pairs: below six,
+    # the spread of rounds of fresh processes keeps the CI wider than ±5%); the recommendation's only change,
     # so no ablation pair of its own: that would be the confirmation's pair
     assert outcome.recommended.settings["amp"] == "bf16"
     assert any(d.startswith("amp: kept amp=bf16 (1.1") and "in lockstep" in d for d in outcome.decisions)
     assert [(a["knob"], a["why"]) for a in outcome.ablation] == [
         ("amp", "measured by the confirmation: without it the settings are the baseline")]
     assert 1.09 < outcome.speedup["median"] < 1.15 and outcome.speedup["ci_low"] > 1.03
-    assert "lockstep" in outcome.speedup["method"] and len(backend.pairs) == 1 + 7
+    assert "lockstep" in outcome.speedup["method"] and len(backend.pairs) == 1 + 6
 
 
 def test_clear_cases_are_decided_without_a_duel():
@@ -2246,11 +2246,12 @@ def test_a_confirmation_whose_rounds_agree_stops_once_its_interval_is_precise(lo
     # step)
     outcome, _ = run_plan(lambda s: 1000.0 * (1.3 if s["amp"] == "bf16" else 1.0), workload=MLP,
                           search={"batch_size": [16]}, device=CPU_AMP_ONLY, lockstep=lockstep)
-    # THEN their spread is pooled with that of rounds of fresh processes until enough rounds (seven) give an
-    # interval of their own, within ±5%, and no more are run
+    # THEN their spread is pooled with that of rounds of fresh processes until the interval is within ±5% (six
+    # rounds in lockstep, where the run's other lockstep comparisons pool in too; in turn, seven: enough for an
+    # interval of their own), and no more are run
     assert outcome.recommended.settings["amp"] == "bf16"
     assert ("step by step" in outcome.speedup["method"]) is lockstep
-    assert sum(p.role == "confirm:recommended" for p in outcome.probes) == stats.WALSH_MIN_ROUNDS
+    assert sum(p.role == "confirm:recommended" for p in outcome.probes) == (6 if lockstep else stats.WALSH_MIN_ROUNDS)
     assert outcome.speedup["ci_high"] / outcome.speedup["median"] < 1.05
 
 
@@ -2371,7 +2372,7 @@ def test_a_confirmation_in_timed_turns_rests_its_interval_on_its_own_rounds_not_
     # THEN its CI is as wide as four rounds ±20% apart make it (Student's t over them, their spread pooled with that
     # of rounds of fresh processes), not narrowed by the duels' spread of under 1%, which came from other settings
     # measured step by step (pooled with them, a log sd of 0.09 over 12 degrees of freedom: [1.34, 1.64])
-    assert speedup["ci_high"] / speedup["ci_low"] > 1.4
+    assert speedup["ci_high"] / speedup["ci_low"] > 1.3
     assert "pooled with that of rounds of fresh processes" in speedup["interval"]
 
 
@@ -2405,7 +2406,7 @@ def test_two_rounds_of_fresh_processes_confirm_a_large_gain_on_the_spread_such_r
     pooled = stats.pooled_log_sd([[1.96, 1.77]], prior=(ROUND_SPREAD, ROUND_SPREAD_DF))
     assert own[1] == 1 and pooled[1] == 1 + ROUND_SPREAD_DF and own[0] < pooled[0] < ROUND_SPREAD
     assert recommended is winner and 1.8 < speedup["median"] < 1.9
-    assert 1.4 < speedup["ci_low"] < 1.6 and 2.1 < speedup["ci_high"] < 2.5
+    assert 1.55 < speedup["ci_low"] < 1.7 and 2.0 < speedup["ci_high"] < 2.3
     assert f"pooled with that of rounds of fresh processes on these machines (log sd {ROUND_SPREAD:g}" in \
         speedup["interval"]
 

@@ -18,31 +18,32 @@ BOOTSTRAP_RESAMPLES = 2000
 # run confirmed bf16 + channels_last at 1.96x and 1.77x in two rounds in timed turns, 1.87x [0.97, 3.59], and kept the
 # baseline. So their own spread is pooled with this one (`pooled_log_sd`'s prior), in a confirmation
 # (planner/confirm.py), in duels in turn (planner/compare.gain) and wherever one measurement's steps are too few to
-# resample (`rounds_with_prior`): the spread of the rounds of 133 confirmations of the shipped
-# fixtures, pooled (each its own mean removed; 330 degrees of freedom: 0.098; AMD EPYC 0.104, Intel Xeon 0.088),
-# rounded up, counted as ROUND_SPREAD_DF degrees of freedom (benchmarks/round_spread.py;
-# benchmarks/results/round_spread.md). It was 0.15, the largest any benchmark had measured (augment_cpu's rounds in
-# turn, hf_trainer's re-measures): from two rounds its interval held the mean of the later rounds in 39 of 41
-# confirmations, more than a calibrated 95% CI holds a later mean (83-89% for two to four later rounds at one spread),
-# and 0.11 held 35 of 41; from three rounds both held 23 of 26. A confirmation whose own rounds spread further widens
-# its interval by their own degrees of freedom. Two rounds then confirm a gain of 1.22x or more (the CI's low end
-# above 1), three 1.17x, so a confirmation keeps back CONFIRM_MIN_ROUNDS of any kind and runs more while its CI is
+# resample (`rounds_with_prior`), counted as ROUND_SPREAD_DF degrees of freedom (benchmarks/round_spread.py;
+# benchmarks/results/round_spread.md). It is the prior that predicts each round of a confirmation from its others:
+# over 108 confirmations of the shipped fixtures (292 degrees of freedom, pooled 0.070, heavy-tailed: largest 0.22),
+# at 0.08 the 95% prediction interval from the other rounds held 393 of 400 rounds (98.2%), at 0.06 96.8%; from two
+# rounds the interval held the mean of the later rounds in 41 of 43 confirmations, as at 0.11 (a calibrated 95% CI
+# holds a later mean 83-89% of the time). It was 0.15, then 0.11 (133 confirmations pooled 0.098, AMD EPYC 0.104),
+# where a 1-minute lstm_collate confirmation read the fused optimizer 1.05-1.12x in five rounds, [0.99, 1.16], and
+# kept the baseline. A confirmation whose own rounds spread further widens its interval by their own degrees of
+# freedom. Two rounds then confirm a gain of 1.14x or more (the CI's low end above 1), three 1.10x, so a
+# confirmation keeps back CONFIRM_MIN_ROUNDS of any kind and runs more while its CI is
 # wide and the budget allows; from WALSH_MIN_ROUNDS rounds their own interval decides alone. Step-by-step
 # lockstep rounds pool it too, with the run's other repeated lockstep comparisons (planner/confirm.py's `_pooled_spread`): each round is
 # still a pair of fresh processes, and their few rounds can agree by chance or part widely (a lstm_collate
 # confirmation's 8 such rounds read 1.27x [1.26, 1.29] and its re-measure 1.43x; on a machine loaded by a test suite,
 # one tiny_batch_mlp confirmation's two rounds read 7.6x and 18.6x, and Student's t with one degree of freedom stated
 # [0.04, 3554.61]).
-ROUND_SPREAD = 0.11
+ROUND_SPREAD = 0.08
 ROUND_SPREAD_DF = 4
 # The same for the search's duels in turn (planner/compare.in_turn_drift), whose runs fork from the search's
-# long-lived zygotes where a confirmation's start new ones: 35 comparisons of the shipped fixtures on a 2-core Intel
-# Xeon spread 0.028 at the median, pooled 0.101 (71 degrees of freedom: heavy tails, augment_cpu 0.116 and one
-# disturbed lightning_module comparison 0.63). A prior predicts each round from the others: at 0.08 pooled with
-# each comparison's own (4 degrees of freedom, as ROUND_SPREAD) the 95% prediction interval from the other rounds
-# held 104 of 106 rounds, as at 0.11; at 0.06 it held 98 (92%), below 95% (benchmarks/round_spread.py
-# --exploration). At 0.11 a 1-minute hf_trainer run read persistent workers 1.07x, 1.05x, 1.10x and 1.16x
-# faster in four rounds and kept neither them nor what they made pay (batch 32, fused, compile: 2.90x in 2 minutes).
+# long-lived zygotes where a confirmation's start new ones: 84 comparisons of the shipped fixtures on a 2-core Intel
+# Xeon spread 0.026 at the median, pooled 0.090 (148 degrees of freedom: heavy tails, augment_cpu 0.114 and one
+# disturbed lightning_module comparison 0.63). At 0.08 pooled with each comparison's own (4 degrees of freedom, as
+# ROUND_SPREAD) the 95% prediction interval from the other rounds held 229 of 232 rounds (98.7%), as at 0.11; at
+# 0.06 95.3% (benchmarks/round_spread.py --exploration). At 0.11 a 1-minute hf_trainer run read persistent workers
+# 1.07x, 1.05x, 1.10x and 1.16x faster in four rounds and kept neither them nor what they made pay (batch 32, fused,
+# compile: 2.90x in 2 minutes).
 EXPLORATION_SPREAD = 0.08
 EXPLORATION_SPREAD_DF = ROUND_SPREAD_DF
 

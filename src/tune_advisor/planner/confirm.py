@@ -324,8 +324,8 @@ def _profile_s(base: ProbeResult) -> float:
 def rounds_to_tell(gain: float | None) -> int:
     """The rounds a confirmation of `gain` needs at least: the fewest whose Student's t interval, at ROUND_SPREAD
     pooled with the rounds' own degrees of freedom (`_pooled_spread`), clears 1 around that centre with
-    CONFIRM_POWER_Z to spare, up to RESERVE_MAX_ROUNDS: one round from about 1.49x (its interval rests on
-    ROUND_SPREAD alone), two from 1.30x; CONFIRM_MIN_ROUNDS where not even those could (a gain that small is better
+    CONFIRM_POWER_Z to spare, up to RESERVE_MAX_ROUNDS: one round from about 1.34x (its interval rests on
+    ROUND_SPREAD alone), two from 1.21x; CONFIRM_MIN_ROUNDS where not even those could (a gain that small is better
     served by the time exploring) or the gain is not known (nan, None). A 1-minute io_bound run kept 32 loader
     workers at 11.24x, held back two rounds in turn (22 s of its 60), and left persistent workers (1.9x more)
     "over budget"."""
