@@ -166,9 +166,14 @@ def batch_change_note(old: int, new: int, dataset_len: int | None = None) -> str
     return text + f"Scale the learning rate about {k:.3g}x, or accumulate gradients to an effective batch near {old}."
 
 
+def changes(settings: Mapping[str, Any], base: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings that differ from `base`'s, with their values in `settings`."""
+    return {k: v for k, v in settings.items() if base.get(k) != v}
+
+
 def describe(settings: Mapping[str, Any], base: Mapping[str, Any] | None = None) -> str:
     """Short text of the settings (only those differing from `base` when given)."""
-    items = [(k, v) for k, v in settings.items() if base is None or base.get(k) != v]
+    items = (settings if base is None else changes(settings, base)).items()
     return ", ".join(f"{k}={_text(v)}" for k, v in items) or "(baseline)"
 
 

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from . import __version__, record
+from . import __version__, knobs, record
 from .errors import UsageError
 from .files import write_json_atomic
 from .probe.result import ProbeResult, Status
@@ -145,7 +145,7 @@ def best_so_far(baseline: ProbeResult, best: ProbeResult, gain: tuple[float, flo
     best/baseline throughput; null where not measurable), `confirmed: false` (no confirmation measured it again
     beside the baseline) and `elapsed_s`, when the plan kept it, where given. The baseline itself where nothing
     beat it yet (no changes, gain 1)."""
-    changes = {k: v for k, v in best.settings.items() if baseline.settings.get(k) != v}
+    changes = knobs.changes(best.settings, baseline.settings)
     median, low, high = (None if value != value else round(value, 4) for value in gain)  # NaN: null
     found = {} if elapsed_s is None else {"elapsed_s": round(elapsed_s, 3)}
     return {"probe": best.id, "changes": changes, "gain": {"median": median, "ci": [low, high]}, "confirmed": False,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import environment, executors, results, rules, rundir
+from .. import environment, executors, knobs, results, rules, rundir
 from .. import workload as workload_mod
 from ..collectors import designate, flops
 from ..distributed import launch
@@ -51,7 +51,7 @@ class Analysis:
     @property
     def changes(self) -> dict[str, Any]:
         """The recommended settings that differ from the baseline."""
-        return {k: v for k, v in self.recommended.settings.items() if self.baseline.settings.get(k) != v}
+        return knobs.changes(self.recommended.settings, self.baseline.settings)
 
 
 def analyze(path: str | Path, options: AnalyzeOptions | None = None,

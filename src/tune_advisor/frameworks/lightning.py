@@ -210,7 +210,7 @@ def _jsonable(value: Any) -> bool:
 def recommendation(base: Mapping[str, Any], recommended: Mapping[str, Any], config: Mapping[str, Any]) -> str:
     """The Trainer(...) and DataLoader(...) arguments to change, as a diff, then code for the knobs neither holds."""
     trainer_old = config.get("trainer_args") if isinstance(config.get("trainer_args"), Mapping) else {}
-    changes = {k: v for k, v in recommended.items() if base.get(k) != v}
+    changes = knobs.changes(recommended, base)
     trainer, loader, code = {}, {}, []
     for knob in knobs.KNOBS:
         if knob in changes:

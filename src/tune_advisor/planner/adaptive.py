@@ -169,10 +169,14 @@ class AdaptivePlanner(Planner):
         if explored != "num_workers" or not best.settings["num_workers"] or best.settings["persistent_workers"]:
             return set()
         prospect = self.prospect("persistent_workers", best)
-        duels = MAX_DUELS_AMPLE if self.session.ledger.is_baseline(best) else MAX_DUELS
-        if prospect.why_not is None and prospect.speedup >= compare.least_told_in_turn(duels):
+        if prospect.why_not is None and prospect.speedup >= compare.least_told_in_turn(self._duels_in_turn(best)):
             return {"persistent_workers"}
         return set()
+
+    def _duels_in_turn(self, best: ProbeResult) -> int:
+        """The most duels in turn a loader change on top of `best` gets: MAX_DUELS_AMPLE against the baseline (see
+        compare.py), MAX_DUELS otherwise."""
+        return MAX_DUELS_AMPLE if self.session.ledger.is_baseline(best) else MAX_DUELS
 
     @staticmethod
     def _compile_last(live: dict[str, Prospect]) -> list[str]:
@@ -535,7 +539,7 @@ class AdaptivePlanner(Planner):
         the step for data: 18 s of its 60 (its screen 3.7 s, two rounds 14.6 s), and batch 32 then had one screen."""
         wait = best.data_wait_frac() or 0.0
         ceiling = 1 / (1 - wait)
-        duels = MAX_DUELS_AMPLE if self.session.ledger.is_baseline(best) else MAX_DUELS
+        duels = self._duels_in_turn(best)
         told = compare.least_told_in_turn(duels)
         if ceiling >= told:
             return None

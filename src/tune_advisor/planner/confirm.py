@@ -176,7 +176,7 @@ def unconfirmed(base: ProbeResult, winner: ProbeResult, speedup: dict[str, Any],
     read a gain worth keeping (more time would tell). A 1-minute cnn run confirmed batch 64 + channels_last at
     1.14x [0.94, 1.38] in two rounds; its report said only "no change beat the baseline by more than the measured
     noise", and its 3-minute run kept them."""
-    return {"probe": winner.id, "changes": {k: v for k, v in winner.settings.items() if base.settings.get(k) != v},
+    return {"probe": winner.id, "changes": knobs.changes(winner.settings, base.settings),
             "speedup": speedup, "budget_short": short}
 
 

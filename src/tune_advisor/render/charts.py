@@ -163,7 +163,7 @@ def batch_chart(report: view.Report) -> Chart | None:
             points = sorted(group.items())
             xs = [bs for bs, _ in points]
             rest = {k: v for k, v in points[0][1].probe.settings.items() if k != "batch_size"}
-            other = {k: v for k, v in rest.items() if base.get(k) != v}
+            other = knobs.changes(rest, base)
             label = _short(knobs.describe(other) if other else "baseline settings", 40)
             ax.plot(xs, [r.throughput["median"] for _, r in points], "o-", color=color, label=label)
             mem_points = [(bs, r.peak_memory) for bs, r in points if r.peak_memory]

@@ -249,7 +249,7 @@ def build(document: record.Document | Mapping[str, Any], cost_per_hour: float | 
     base_settings = baseline.settings if baseline is not None else {}
     changes = {}
     if is_ok(baseline) and is_ok(recommended):
-        changes = {k: v for k, v in recommended.settings.items() if base_settings.get(k) != v}
+        changes = knobs.changes(recommended.settings, base_settings)
     unit = (baseline.throughput.unit if baseline is not None else None) or f"{workload.item_name or 'samples'}/s"
     rows = [_row(p, base_settings, baseline, recommended) for p in probes]
     framework = _framework(workload)
