@@ -1317,6 +1317,35 @@ def test_a_loader_knobs_screen_that_computed_far_slower_than_its_reference_is_me
     assert not session.beats(best, bf16) and session.ledger.probes[-1] is bf16
 
 
+@pytest.mark.parametrize("reads, kept", [((1.10, 1.06, 1.10), True), ((1.12, 1.09, 0.91), False)],
+                         ids=["agreeing", "scattered"])
+def test_rounds_in_turn_that_agree_near_a_gain_get_the_duels_that_tell_it_past_max_duels(reads, kept):
+    # GIVEN persistent workers 1.08x over the 4 workers kept (not the baseline), dueled in turn three times (they
+    # change the loader), the rounds reading lightning_module's 1.10x, 1.06x, 1.10x, or scattering as hf_trainer's
+    # 1.12x, 1.09x, 0.91x did; later rounds read 1.08x
+    rounds = iter([r / 1.08 for r in reads])
+
+    def moment(s, role):
+        return next(rounds, 1.0) if s["persistent_workers"] and role == "recheck" else 1.0
+
+    backend = FakeBackend(lambda s: 1080.0 if s["persistent_workers"] else 1000.0, moment=moment, jitter=0.01)
+    session = Session(backend, clock=FakeClock())
+    session.ledger.start_from(session.run(knobs.full_settings({"batch_size": 16}), "baseline"))
+    best = session.run({**session.ledger.baseline.settings, "num_workers": 4}, "ladder:num_workers")
+    alive = session.run({**best.settings, "persistent_workers": True}, "knob:persistent_workers")
+    for i in range(compare.MAX_DUELS):
+        session.duel(best, alive, first=i % 2, in_turn=True)
+    assert compare.untold(*compare.gain(session.ledger, best, alive)[1:])  # agreeing: [0.99, 1.18]
+    # WHEN the gain is judged
+    won = session.beats(best, alive)
+    # THEN agreeing rounds earn the duels past MAX_DUELS that tell their gain, and it is kept; scattered rounds
+    # around a small gain stop there, not told
+    duels = compare.asked(session.ledger, best, alive)
+    assert won is kept
+    assert (duels > compare.MAX_DUELS) is kept and duels <= compare.MAX_DUELS_AMPLE
+    assert compare.tellable_in_turn(session.ledger, best, alive, compare.MAX_DUELS_AMPLE) is kept
+
+
 def test_a_new_setting_that_keeps_the_loader_is_measured_beside_the_best_in_one_pair():
     # GIVEN a backend measuring pairs together, and a probe of bf16 on its own would run in a fast moment (1.3x)
     backend, clock = FakeBackend(lambda s: 1000.0, moment=lambda s, role: 1.3 if s["amp"] == "bf16" else 1.0), \

@@ -284,6 +284,24 @@ def promising(median: float, low: float) -> bool:
     return median >= 1 + MIN_GAIN and low <= 1.0
 
 
+def tellable_in_turn(ledger, reference: ProbeResult, candidate: ProbeResult, rounds: int) -> bool:
+    """Whether the duels in turn of these two, were the gain their rounds read so far to hold, would keep it
+    (`clears`) within `rounds` of them at the spread the run's duels in turn show (`in_turn_drift`, these rounds in
+    it): rounds that agree near a gain worth keeping are worth a few more; rounds that scatter around a small one
+    are not. A 2-minute lightning_module run read persistent workers over 4 workers at 1.10x, 1.06x and 1.10x in
+    three rounds in turn, [0.99, 1.18] at the pooled spread (one more such round clears 1), stopped there
+    (MAX_DUELS), spent its next 60 s on prefetch_factor, bf16 and a batch ladder (none beyond the noise) and kept 4
+    workers alone, 7.6% short of its 5-minute run; two hf_trainer runs' rounds of 1.12x, 1.09x and 0.91x would
+    need dozens."""
+    pairs = in_turn(ledger, reference, candidate)
+    if len(pairs) < MIN_ROUNDS_IN_TURN or len(pairs) >= rounds:
+        return False
+    median, _, _ = _as_rounds(pairs, in_turn_drift(ledger))
+    sd, df = in_turn_drift(ledger)
+    more = rounds - len(pairs)
+    return bool(median >= 1 + MIN_GAIN and stats.t95(df + more) * sd / np.sqrt(rounds) < np.log(median))
+
+
 def untold(low: float, high: float) -> bool:
     """Whether a gain's CI cannot yet tell a loss from a gain worth keeping: it reaches below 1 and past MIN_GAIN."""
     return low < 1.0 and high > 1 + MIN_GAIN

@@ -181,7 +181,8 @@ class Session:
         them both are measured again in a duel, together in lockstep where they can be; a comparison whose CI
         cannot yet tell a loss from a gain has at least MIN_DUELS_UNDECIDED, and a gain still promising but
         inconclusive after them (loader-bound probes are bursty) earns another, up to MAX_DUELS, while the budget
-        allows (a gain over the baseline up to MAX_DUELS_AMPLE while the budget is ample, and so does a
+        allows (a gain over the baseline up to MAX_DUELS_AMPLE while the budget is ample, as do rounds in turn that
+        would tell their gain within those, `compare.tellable_in_turn`, and so does a
         `second_look`: the plan's last open comparison, planner/adaptive.py, which goes on while still promising,
         up to MAX_DUELS_SECOND_LOOK). Without the budget for one, the evidence so far decides."""
         ledger = self.ledger
@@ -200,8 +201,9 @@ class Session:
                                                     (second_look and asked < MAX_DUELS_AMPLE))
             if dueled and not (compare.promising(median, low) or untold):
                 break  # decided
-            if asked >= MAX_DUELS and not (second_look or ledger.is_baseline(reference)):
-                break  # duels past MAX_DUELS are for gains over the baseline, or a plan's second look, only
+            if asked >= MAX_DUELS and not (second_look or ledger.is_baseline(reference) or compare.tellable_in_turn(
+                    ledger, reference, candidate, MAX_DUELS_AMPLE)):
+                break  # past MAX_DUELS: gains over the baseline, a plan's second look, rounds in turn near telling
             again_s = max(0.0, plain_wall(reference) + plain_wall(candidate) - 2 * self.budget.typical_probe_s())
             # past MAX_DUELS: in the budget's first half only, but for a second look (nothing else is left to spend
             # the budget on but the confirmation, whose reserve `affordable` keeps)
