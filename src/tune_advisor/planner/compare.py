@@ -296,8 +296,9 @@ def tellable_in_turn(ledger, reference: ProbeResult, candidate: ProbeResult, rou
     pairs = in_turn(ledger, reference, candidate)
     if len(pairs) < MIN_ROUNDS_IN_TURN or len(pairs) >= rounds:
         return False
-    median, _, _ = _as_rounds(pairs, in_turn_drift(ledger))
-    sd, df = in_turn_drift(ledger)
+    spread = in_turn_drift(ledger)
+    median, _, _ = _as_rounds(pairs, spread)
+    sd, df = spread
     more = rounds - len(pairs)
     return bool(median >= 1 + MIN_GAIN and stats.t95(df + more) * sd / np.sqrt(rounds) < np.log(median))
 
