@@ -23,7 +23,8 @@ class FakeBackend:
     `rate(settings)` gives samples/s, a Status for a failing configuration, or a dict with `rate` and optionally
     `wait` (share of each step spent waiting for data), `memory` (peak bytes; default batch_size MiB), `loss`
     (the per-step losses; by default the same falling curve for every configuration, as a shared seed gives) and
-    `dense` (the profile's `dense_frac`, put on a baseline probe, the one the real run profiles), `fetch_cpu`
+    `dense` and `optimizer` (the profile's `dense_frac` and `optimizer_frac`, put on a baseline probe, the one the
+    real run profiles), `fetch_cpu`
     (`extra.fetch_cpu_frac`: the loading thread's CPU share, recorded as the child does only without workers) and
     `restart` (seconds the first measured step waits for an epoch's loader to start: `extra.epoch_start_steps`),
     `shutdown` (seconds that step spends outside its data wait, as the old workers shut down), `compile_s`,
@@ -117,8 +118,8 @@ class FakeBackend:
                "loss": list(given.get("loss", [2.0 - 0.01 * i for i in range(self.steps)]))[:n]}
         result = ProbeResult(probe_id, settings, Status.OK, raw=raw, role=role, wall_s=wall_s,
                              peak_memory_bytes=given.get("memory", bs * 2**20))
-        if "dense" in given and role == "baseline":
-            result.extra["profile"] = {"dense_frac": given["dense"]}
+        if ("dense" in given or "optimizer" in given) and role == "baseline":
+            result.extra["profile"] = {"dense_frac": given.get("dense"), "optimizer_frac": given.get("optimizer")}
         if "compile_s" in given and settings.get("compile", "off") != "off":  # what its warm-up spent compiling
             result.extra["compile"] = {"compile_s": given["compile_s"]}
             result.wall_s += given["compile_s"]

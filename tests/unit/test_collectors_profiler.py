@@ -106,6 +106,38 @@ def test_dense_share_counts_matmuls_and_convolutions_outside_data_loading_once()
     assert profiler.summarise_trace({"traceEvents": only_loading}, "cpu")["dense_frac"] is None
 
 
+def test_the_optimizer_share_is_its_annotations_time_outside_data_loading():
+    # GIVEN two 1000 us CPU steps, each loading for 200 us and stepping the optimizer for 200 us (zero_grad beside it,
+    # and a third step's optimizer call outside the profiled steps)
+    events = []
+    for t0 in (0, 1000):
+        events += [X(f"ProfilerStep#{t0 // 1000 + 2}", "user_annotation", t0, 1000),
+                   X(LOADER, "user_annotation", t0, 200),
+                   X("Optimizer.step#AdamW.step", "user_annotation", t0 + 700, 200),
+                   X("aten::add_", "cpu_op", t0 + 710, 150),
+                   X("Optimizer.zero_grad#AdamW.zero_grad", "user_annotation", t0 + 900, 50)]
+    events.append(X("Optimizer.step#AdamW.step", "user_annotation", 2500, 400))
+    s = profiler.summarise_trace({"traceEvents": events}, "cpu")
+    # THEN: 200 of the 800 us of compute
+    assert s["optimizer_frac"] == pytest.approx(0.25)
+
+
+def test_on_cuda_the_optimizer_share_counts_the_kernels_its_step_launched_where_they_take_longer():
+    # GIVEN a step whose optimizer launches for 100 us on the host, its kernel (matched by correlation id) running
+    # 400 us on the device; another kernel, launched outside it, runs beside
+    def step(kernel_us):
+        return [X("ProfilerStep#2", "user_annotation", 0, 1000),
+                X("Optimizer.step#AdamW.step", "user_annotation", 100, 100),
+                X("cudaLaunchKernel", "cuda_runtime", 120, 10, correlation=7),
+                X("multi_tensor_apply_kernel", "kernel", 150, kernel_us, pid=DEVICE, tid=7, correlation=7),
+                X("cudaLaunchKernel", "cuda_runtime", 20, 10, correlation=3),
+                X("ampere_sgemm_128x64_tn", "kernel", 40, 100, pid=DEVICE, tid=7, correlation=3)]
+
+    # THEN the device's 400 us of the 1000 us step; where the kernel is shorter than the launches, the host's 100
+    assert profiler.summarise_trace({"traceEvents": step(400)}, "cuda")["optimizer_frac"] == pytest.approx(0.4)
+    assert profiler.summarise_trace({"traceEvents": step(50)}, "cuda")["optimizer_frac"] == pytest.approx(0.1)
+
+
 def test_a_trace_without_step_markers_is_an_error():
     with pytest.raises(RuntimeError, match="ProfilerStep"):
         profiler.summarise_trace({"traceEvents": [X("aten::mm", "cpu_op", 0, 1)]})
@@ -171,6 +203,7 @@ def test_real_cpu_profile_of_a_linear_and_conv_model(tmp_path):
     assert sum(summary["breakdown_s"].values()) <= summary["step_time_s"] * (1 + 1e-9)
     assert summary["breakdown_s"]["cpu_exec"] > 0 and summary["breakdown_s"]["kernel"] == 0
     assert 0 < summary["dense_frac"] < 1  # the conv and linear layers' ops, not the optimizer or the loss
+    assert 0 < summary["optimizer_frac"] < 1  # torch.optim annotates each opt.step()
     assert summary["trace"]["file"] == path.name
     assert json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
     assert not list(tmp_path.glob("*.raw.json"))  # the uncompressed export is removed

@@ -84,3 +84,27 @@ def test_a_minute_tries_compile_where_an_earlier_runs_compile_fits_and_not_on_th
     # THEN compile is measured on top of the fused optimizer, and kept
     assert any(c["compile"] == "default" and c["optimizer_impl"] == "fused" for c in backend.calls)
     assert outcome.recommended.settings["compile"] == "default"
+
+
+def test_a_compile_recorded_cheap_goes_before_a_knob_that_pays_less_for_what_it_costs():
+    # GIVEN hf_transformer's shape on a minute at batch 32: compile 1.16x, the optimizer's steps 4% of the compute
+    # (its fused form 1.00x), 4 s probes, 4.2 s of compiling
+    def rate(s):
+        return {"rate": 1000.0 * (1.16 if s["compile"] == "default" else 1.0), "compile_s": 4.2, "optimizer": 0.04}
+
+    def plan():
+        return run_plan(rate, workload=FUSED_MLP, device=CPU_NO_BF16, search={"batch_size": [16]}, budget_s=60,
+                        explore=("compile", "optimizer_impl"), lockstep=True, wall_s=4.0, workload_sha256=SHA)
+
+    def first_changed(backend):
+        return next(c for c in backend.calls if c["compile"] != "off" or c["optimizer_impl"] != "default")
+
+    # WHEN nothing is recorded: compile's 30 s guess costs more than its prospect over the fused optimizer's pays
+    _, backend = plan()
+    assert first_changed(backend)["optimizer_impl"] == "fused"
+    # WHEN an earlier run recorded its 4.2 s: compile (1.15x at most, over an 8 s duel and 8.4 s) goes before the
+    # fused optimizer (1.04x at most, over a duel), and is kept
+    compile_cost.Recorder(SHA, "cpu").saw(compiled(4.2))
+    outcome, backend = plan()
+    assert first_changed(backend)["compile"] == "default" and first_changed(backend)["optimizer_impl"] == "default"
+    assert outcome.recommended.settings["compile"] == "default"

@@ -1241,6 +1241,45 @@ def test_fused_optimizer_is_tried_where_the_optimizer_supports_it():
     assert tried(backend, "optimizer_impl") == ["default"]
 
 
+def test_the_fused_optimizer_is_judged_by_the_optimizers_share_of_the_profiled_compute():
+    # GIVEN an optimizer whose fused form would pay 1.15x, channels_last 1.06x
+    def rate(share):
+        return lambda s: {"rate": 1000.0 * (1.15 if s["optimizer_impl"] == "fused" else 1.0) * (
+            1.06 if s["channels_last"] else 1.0), "optimizer": share}
+
+    # WHEN the baseline's profile puts 2% of its compute in the optimizer's steps (cnn: 3%)
+    outcome, backend = run_plan(rate(0.02), workload=WorkloadFacts(
+        conv_layers=2, dataset_len=10_000, optimizer_class="AdamW", optimizer_impls=("foreach", "fused")),
+        device=CPU_NO_BF16, search={"batch_size": [16]}, explore=("channels_last", "optimizer_impl"))
+    # THEN no fused or foreach probe runs, and the report says why
+    assert tried(backend, "optimizer_impl") == ["default"]
+    assert "optimizer_impl: the optimizer's steps take 2.0% of the compute: a fused optimizer could gain at most " \
+           "2.0%" in outcome.unexplored
+    # WHEN they take 35% (raw_sensor_mlp's): fused ranks above channels_last's rough 1.1x and goes first
+    outcome, backend = run_plan(rate(0.35), workload=WorkloadFacts(
+        conv_layers=2, dataset_len=10_000, optimizer_class="AdamW", optimizer_impls=("foreach", "fused")),
+        device=CPU_NO_BF16, search={"batch_size": [16]}, explore=("channels_last", "optimizer_impl"))
+    changed = [c for c in backend.calls if c["channels_last"] or c["optimizer_impl"] != "default"]
+    assert changed[0]["optimizer_impl"] == "fused" and not changed[0]["channels_last"]
+    assert outcome.recommended.settings["optimizer_impl"] == "fused"
+
+
+def test_the_optimizers_share_falls_with_the_step_a_larger_batch_takes():
+    # GIVEN 7% of the baseline's compute in the optimizer's steps at batch 16, and batch 64 1.5x as fast (a step at
+    # 64 computes 64/16 / 1.5 as long)
+    def rate(s):
+        return {"rate": 1000.0 * (1.5 if s["batch_size"] == 64 else 1.0), "optimizer": 0.07}
+
+    outcome, backend = run_plan(rate, workload=FUSED_MLP, device=CPU_NO_BF16, search={"batch_size": [16, 64]},
+                                explore=("batch_size", "optimizer_impl"))
+    # THEN once batch 64 is kept, the share is carried to its steps (7% of a step 2.7x as long: 2.6%): fused
+    # cannot pay the minimum gain there, and is not tried
+    assert outcome.recommended.settings["batch_size"] == 64
+    assert tried(backend, "optimizer_impl") == ["default"]
+    assert any(u.startswith("optimizer_impl: the optimizer's steps take 2.") and "% of the compute at batch_size=64 "
+               "(the baseline's 7% at 16, scaled by the step times)" in u for u in outcome.unexplored)
+
+
 def test_a_duel_that_would_not_fit_in_memory_twice_runs_in_turn():
     # GIVEN a backend measuring pairs together, but room for only one probe's memory at a time (16 MiB each)
     backend, clock = FakeBackend(lambda s: 1000.0, moment=lambda s, role: 1.3 if s["amp"] == "bf16" else 1.0,

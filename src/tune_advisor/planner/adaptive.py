@@ -10,6 +10,7 @@ knob measured beside the winner without it) and the confirmation: baseline and w
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter
 from dataclasses import dataclass
@@ -105,11 +106,13 @@ class AdaptivePlanner(Planner):
     def search(self, base: ProbeResult) -> ProbeResult:
         s = self.session
         self._record_not_applicable()
-        self.dense_frac = (base.extra.get("profile") or {}).get("dense_frac")
+        profile = base.extra.get("profile") or {}
+        self.dense_frac, optimizer = profile.get("dense_frac"), profile.get("optimizer_frac")
         if self.dense_frac is not None:
             self.decisions.append(f"the baseline's profile: {self.dense_frac:.0%} of its compute (the step outside "
                                   "data loading) in matmuls, convolutions, attention and RNN cells, the part a "
-                                  "precision knob speeds up")
+                                  "precision knob speeds up" + (f"; {optimizer:.0%} in the optimizer's steps, the "
+                                  "part a fused optimizer shortens" if optimizer is not None else ""))
         self.worker_cap = self._worker_cap(base)
         self.load_s = self._load_s(base)
         current, done = base, set()
@@ -139,10 +142,11 @@ class AdaptivePlanner(Planner):
                 s.ledger.unexplored.extend(f"{name}: over budget" for name in live)
                 return self._settled(current)
             # a ladder in question first, then what the last exploration measured the prospect of (`_follow`), else
-            # the most promising knob (first in ORDER on ties); compile after the others (`_compile_last`)
+            # the most promising knob (first in ORDER on ties); compile where it pays most for what it costs
+            # (`_compile_waits`)
             name = next((k for k in live if k in self.rejudge), None) or next(
                 (k for k in live if k in self.follow), None) or max(
-                self._compile_last(live), key=lambda k: live[k].speedup)
+                self._compile_waits(live, current), key=lambda k: live[k].speedup)
             done.add(name)
             self.rejudge.discard(name)
             self.follow.clear()
@@ -178,17 +182,26 @@ class AdaptivePlanner(Planner):
         compare.py), MAX_DUELS otherwise."""
         return MAX_DUELS_AMPLE if self.session.ledger.is_baseline(best) else MAX_DUELS
 
-    @staticmethod
-    def _compile_last(live: dict[str, Prospect]) -> list[str]:
-        """The knobs to pick the next one from: `live` but compile while any other is live. A compiled probe
+    def _compile_waits(self, live: dict[str, Prospect], current: ProbeResult) -> list[str]:
+        """The knobs to pick the next one from: `live`, but without compile while another live knob pays more for
+        what it costs: the log of its prospect per second of a duel, compile's duel with its compiling added
+        (compile_cost.allowance: twice an earlier run's compile here, else a 30 s guess). A compiled probe
         compiles anew in every fresh process, so once compile is kept every later probe and each confirmation
-        round pays for it: a 2-minute raw_sensor_mlp run kept compile first at 1.05x, then spent 12-18 s a
-        probe on the fused optimizer (1.26x) and the loader, and its two 12 s confirmation rounds read 1.15x
-        [0.89, 1.47] and kept the baseline; its 1-minute run, compile left untried, confirmed the fused optimizer
-        at 1.13x [1.01, 1.27]. Its prospect is a guess like the others', at several times their cost, and it
-        re-opens no other knob."""
-        cheaper = [k for k in live if k != "compile"]
-        return cheaper or list(live)
+        round pays for it: a 2-minute raw_sensor_mlp run kept compile first at 1.05x, then spent 12-18 s a probe
+        on the fused optimizer (1.26x; its optimizer steps take 35% of the compute) and the loader. Always last,
+        compile went over budget in every 1-minute run of the three fixtures whose 3-minute runs kept it
+        (hf_transformer, hf_trainer at 13-17% regret), after a fused optimizer duel that read 1.00x where the
+        optimizer's step takes 7% of the compute. On a cache this machine has compiled the workload into, compile
+        takes 2-5 s (compile_cost.py)."""
+        others = [k for k in live if k != "compile"]
+        if "compile" not in live or not others:
+            return list(live)
+        duel_s = max(self.session.budget.pair_s(), 1e-3)
+        mode = min(self.alternatives("compile", current), default="default", key=lambda v: v != "default")
+        extra_s = compile_cost.allowance(self.ctx.workload_sha256, self.ctx.device.type, mode)[0]
+        best = max(others, key=lambda k: live[k].speedup)
+        pays = math.log(live["compile"].speedup) / (duel_s + extra_s) > math.log(live[best].speedup) / duel_s
+        return list(live) if pays else others
 
     def _questioned(self, changed: list[str], best: ProbeResult) -> set[str]:
         """The ladders that kept changes to `changed` re-open whose earlier walk measured past `best`'s value: their
@@ -419,7 +432,9 @@ class AdaptivePlanner(Planner):
             return Prospect(COMPUTE_SPEEDUP[name])
         if name == "compile":
             return self._compile_prospect(current)
-        if name in ("batch_size", "cudnn_benchmark", "optimizer_impl"):
+        if name == "optimizer_impl":
+            return self._optimizer_prospect(current)
+        if name in ("batch_size", "cudnn_benchmark"):
             return self._through_compute(current, COMPUTE_SPEEDUP[name])
         if name == "checkpointing":
             return self._checkpointing_prospect(current)
@@ -481,6 +496,24 @@ class AdaptivePlanner(Planner):
             if dense is not None else ""
         return Prospect(bound, f"the step is {wait:.0%} waiting for data{dense_note}, so faster compute could "
                                f"gain at most {bound - 1:.0%}")
+
+    def _optimizer_prospect(self, current: ProbeResult) -> Prospect:
+        """A fused optimizer shortens only the optimizer's steps: bounded by their share of the compute in the
+        baseline's profile (`optimizer_frac`), carried to `current`'s steps (a fixed cost per step, its share falls
+        as the step grows), as if they took no time; COMPUTE_SPEEDUP's rough figure where nothing was profiled.
+        Where both were measured, the gain followed that share: raw_sensor_mlp 35% of the compute, 1.26x; lstm_collate
+        11%, 1.07x; hf_transformer 7%, 1.00-1.04x; cnn at batch 64 + channels_last 1.6%, 1.01x [0.96, 1.06] over four
+        lockstep rounds (Intel Xeon, 2 cores)."""
+        share = (self.session.ledger.baseline.extra.get("profile") or {}).get("optimizer_frac") \
+            if self.session.ledger.baseline is not None else None
+        if share is None:
+            return self._through_compute(current, COMPUTE_SPEEDUP["optimizer_impl"])
+        share, where = self._carried(share, current, fixed=True)
+        prospect = self._through_compute(current, 1 / (1 - min(share, 0.99)))
+        if prospect.why_not is None:
+            return prospect
+        return Prospect(prospect.speedup, f"the optimizer's steps take {share:.1%} of the compute{where}: a fused "
+                                          f"optimizer could gain at most {prospect.speedup - 1:.1%}")
 
     def _compile_prospect(self, current: ProbeResult) -> Prospect:
         """compile speeds up the compute part (`_through_compute`); where --train-steps states the run, it is not
@@ -549,27 +582,32 @@ class AdaptivePlanner(Planner):
                 "duels in turn can tell from the noise")
 
     def _dense_at(self, current: ProbeResult) -> tuple[float | None, str]:
-        """The baseline profile's dense share of the compute, carried to `current`'s batch size (never below the
-        profile's), and where it was carried from ('' where not carried). A dense kernel's time grows with the
-        batch (its FLOPs do) while a step's fixed costs (kernel launches, the optimizer) do not: with d of c0
-        seconds of compute at batch b0, about d·c0·k of the c seconds measured at k·b0. On an H200 the cnn's GPU
-        idled 91% of a batch-32 step (dense 7% of 6.5 ms of compute), and batch 128 computed in 6.1 ms: bf16 was
-        judged on 7% where about 28% applied, and went untried."""
-        d, base = self.dense_frac, self.session.ledger.baseline
-        if d is None or base is None or current.settings["batch_size"] == base.settings["batch_size"]:
-            return d, ""
+        """The baseline profile's dense share of the compute, carried to `current`'s batch size (`_carried`), and
+        where it was carried from ('' where not carried)."""
+        return (None, "") if self.dense_frac is None else self._carried(self.dense_frac, current)
 
+    def _carried(self, share: float, current: ProbeResult, fixed: bool = False) -> tuple[float, str]:
+        """A share of the baseline's compute carried to `current`'s batch size, and where it was carried from ('' where
+        not carried). A dense kernel's time grows with the batch (its FLOPs do), a fixed cost per step (`fixed`:
+        the optimizer's step) does not: with d of c0 seconds of compute at batch b0, about d·c0·k (fixed: d·c0) of
+        the c seconds measured at k·b0. On an H200 the cnn's GPU idled 91% of a batch-32 step (dense 7% of 6.5 ms
+        of compute), and batch 128 computed in 6.1 ms: bf16 was judged on 7% where about 28% applied, and went
+        untried. A share that grows is never carried below the profile's (compute that grew faster than the batch,
+        loader workers taking the cores from the training thread: augment_cpu's batch 128 beside 2 workers, slows
+        the dense share too); a fixed one falls with the step."""
+        base = self.session.ledger.baseline
+        if base is None or current.settings["batch_size"] == base.settings["batch_size"]:
+            return share, ""
         c0, c = (compare.compute_s(p) / len(p.step_s) if p.step_s else 0.0 for p in (base, current))
         if c0 <= 0 or c <= 0:
-            return d, ""
-        k = current.settings["batch_size"] / base.settings["batch_size"]
-        carried = min(1.0, d * c0 * k / c)
-        if carried <= d:  # compute that grew faster than the batch (loader workers taking the cores from the
-            # training thread: augment_cpu's batch 128 beside 2 workers) slows the dense share too; never below
-            # what the profile measured, as a prospect bounds what a knob could gain
-            return d, ""
-        return carried, (f" at batch_size={current.settings['batch_size']} (the baseline's {d:.0%} at "
-                         f"{base.settings['batch_size']}, scaled by the batch and the step times)")
+            return share, ""
+        k = 1 if fixed else current.settings["batch_size"] / base.settings["batch_size"]
+        carried = min(1.0, share * c0 * k / c)
+        if carried <= share and not fixed:
+            return share, ""
+        return carried, (f" at batch_size={current.settings['batch_size']} (the baseline's {share:.0%} at "
+                         f"{base.settings['batch_size']}, scaled by {'the batch and ' if not fixed else ''}the step "
+                         "times)")
 
     def _restart_prospect(self, current: ProbeResult) -> Prospect:
         """persistent_workers saves the worker start-up at every epoch: bounded by what the epoch starts cost the
