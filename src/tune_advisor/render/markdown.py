@@ -141,7 +141,7 @@ def _footnote(r: view.Report) -> list[str]:
         parts.append(f"{r.energy.label} {r.energy.change}: {r.energy.how}")
     if r.batch_note:
         parts.append(r.batch_note)
-    return [f"[^how]: How this was measured. " + escape(" — ".join(parts)), ""]
+    return ["[^how]: How this was measured. " + escape(" — ".join(parts)), ""]
 
 
 def _gain(f: view.Finding) -> str:

@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import knobs
-from ..fmt import fmt_bytes, fmt_ci, fmt_later, fmt_rate, fmt_speedup
+from ..fmt import fmt_bytes, fmt_ci, fmt_later, fmt_speedup
 from ..probe.result import ProbeResult
 from . import view
 
