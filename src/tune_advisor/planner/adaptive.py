@@ -99,6 +99,7 @@ class AdaptivePlanner(Planner):
         self.follow: set[str] = set()  # knobs whose prospect the last exploration measured: explored next
         self.moved_from: ProbeResult | None = None  # the best before a move to a tie (`_tie_move`), once made
         self.tie: ProbeResult | None = None  # where that move went
+        session.ledger.keeps_as_it_goes = True  # a candidate it did not keep is not the confirmation's to reckon
         self.knobs = [k for k in ORDER if ctx.explore is None or k in ctx.explore]  # what this plan explores
         if ctx.explore is not None:
             self.decisions.append(f"exploring only {', '.join(self.knobs) or 'nothing'} (--knobs)")

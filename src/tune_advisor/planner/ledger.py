@@ -62,6 +62,9 @@ class ProbeLedger:
         self._keeps: dict[str, dict[str, Any]] = {}  # knob -> the search's keep of it (note_keep)
         self._baseline: ProbeResult | None = None
         self._best: ProbeResult | None = None
+        # Whether the strategy keeps a best as it goes (adaptive), so that while it has kept none there is nothing to
+        # confirm; the grid keeps none until its end, and its fastest probe so far stands for one (Budget)
+        self.keeps_as_it_goes = False
         self.on_best: Callable[[ProbeResult], None] | None = None  # hears of each best kept (analyze saves it)
 
     # --- numbering and reuse --------------------------------------------------------------------------------------
