@@ -93,6 +93,7 @@ class AdaptivePlanner(Planner):
         super().__init__(ctx, session)
         self.visits: Counter[str] = Counter()
         self.dense_frac: float | None = None  # from the baseline's profile, when it was profiled (search())
+        self.optimizer_frac: float | None = None  # likewise
         self.worker_cap: int | None = None  # the loader workers the cores can feed, when the baseline loaded in-process
         self.load_s: float | None = None  # seconds to load one sample, when the baseline loaded in-process
         self.rejudge: set[str] = set()  # ladders whose answer a later kept change put in question: explored first
@@ -108,12 +109,13 @@ class AdaptivePlanner(Planner):
         s = self.session
         self._record_not_applicable()
         profile = base.extra.get("profile") or {}
-        self.dense_frac, optimizer = profile.get("dense_frac"), profile.get("optimizer_frac")
+        self.dense_frac, self.optimizer_frac = profile.get("dense_frac"), profile.get("optimizer_frac")
         if self.dense_frac is not None:
             self.decisions.append(f"the baseline's profile: {self.dense_frac:.0%} of its compute (the step outside "
                                   "data loading) in matmuls, convolutions, attention and RNN cells, the part a "
-                                  "precision knob speeds up" + (f"; {optimizer:.0%} in the optimizer's steps, the "
-                                  "part a fused optimizer shortens" if optimizer is not None else ""))
+                                  "precision knob speeds up" + (f"; {self.optimizer_frac:.0%} in the optimizer's "
+                                  "steps, the part a fused optimizer shortens" if self.optimizer_frac is not None
+                                  else ""))
         self.worker_cap = self._worker_cap(base)
         self.load_s = self._load_s(base)
         current, done = base, set()
@@ -505,11 +507,9 @@ class AdaptivePlanner(Planner):
         Where both were measured, the gain followed that share: raw_sensor_mlp 35% of the compute, 1.26x; lstm_collate
         11%, 1.07x; hf_transformer 7%, 1.00-1.04x; cnn at batch 64 + channels_last 1.6%, 1.01x [0.96, 1.06] over four
         lockstep rounds (Intel Xeon, 2 cores)."""
-        share = (self.session.ledger.baseline.extra.get("profile") or {}).get("optimizer_frac") \
-            if self.session.ledger.baseline is not None else None
-        if share is None:
+        if self.optimizer_frac is None:
             return self._through_compute(current, COMPUTE_SPEEDUP["optimizer_impl"])
-        share, where = self._carried(share, current, fixed=True)
+        share, where = self._carried(self.optimizer_frac, current, fixed=True)
         prospect = self._through_compute(current, 1 / (1 - min(share, 0.99)))
         if prospect.why_not is None:
             return prospect
@@ -593,22 +593,27 @@ class AdaptivePlanner(Planner):
         the optimizer's step) does not: with d of c0 seconds of compute at batch b0, about d·c0·k (fixed: d·c0) of
         the c seconds measured at k·b0. On an H200 the cnn's GPU idled 91% of a batch-32 step (dense 7% of 6.5 ms
         of compute), and batch 128 computed in 6.1 ms: bf16 was judged on 7% where about 28% applied, and went
-        untried. A share that grows is never carried below the profile's (compute that grew faster than the batch,
-        loader workers taking the cores from the training thread: augment_cpu's batch 128 beside 2 workers, slows
-        the dense share too); a fixed one falls with the step."""
+        untried. Compute that grew faster than the batch (loader workers taking the cores from the training thread)
+        slows these shares' own time too, so a growing share is never carried below the profile's, and a fixed one
+        never below what the batch alone makes of it, d / (d + (1 − d)·k): augment_cpu's optimizer, 31% of its
+        compute at batch 32, read 1.0% by the step times at batch 128 beside 2 workers, 10% by the batch, and the
+        fused optimizer measured 1.06x [1.00, 1.12] there."""
         base = self.session.ledger.baseline
         if base is None or current.settings["batch_size"] == base.settings["batch_size"]:
             return share, ""
         c0, c = (compare.compute_s(p) / len(p.step_s) if p.step_s else 0.0 for p in (base, current))
         if c0 <= 0 or c <= 0:
             return share, ""
-        k = 1 if fixed else current.settings["batch_size"] / base.settings["batch_size"]
-        carried = min(1.0, share * c0 * k / c)
-        if carried <= share and not fixed:
-            return share, ""
+        k = current.settings["batch_size"] / base.settings["batch_size"]
+        if fixed:
+            timed, batched = share * c0 / c, share / (share + (1 - share) * k)
+            carried, how = (timed, "the step times") if timed >= batched else (batched, "the batch")
+        else:
+            carried, how = min(1.0, share * c0 * k / c), "the batch and the step times"
+            if carried <= share:
+                return share, ""
         return carried, (f" at batch_size={current.settings['batch_size']} (the baseline's {share:.0%} at "
-                         f"{base.settings['batch_size']}, scaled by {'the batch and ' if not fixed else ''}the step "
-                         "times)")
+                         f"{base.settings['batch_size']}, scaled by {how})")
 
     def _restart_prospect(self, current: ProbeResult) -> Prospect:
         """persistent_workers saves the worker start-up at every epoch: bounded by what the epoch starts cost the
