@@ -2072,6 +2072,27 @@ def test_exploring_keeps_back_the_confirmation_alone_and_the_ablation_takes_what
     assert budget.affords_ablation(2) and not budget.affords_ablation(3)
 
 
+def test_a_second_look_yields_to_the_rounds_a_small_kept_gain_needs():
+    from tune_advisor.planner.confirm import RESERVE_MAX_ROUNDS
+
+    # GIVEN batch 32 kept at 1.08x over the baseline (too small for six rounds to tell), 5 s probes
+    clock = FakeClock()
+    session = Session(FakeBackend(lambda s: 1080.0 if s["batch_size"] == 32 else 1000.0, wall_s=5.0), budget_s=100.0,
+                      clock=clock)
+    base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
+    session.ledger.start_from(base)
+    best = session.run({**base.settings, "batch_size": 32}, "ladder:batch_size")
+    session.ledger.note_keep(base, best, compare.gain(session.ledger, base, best))
+    session.ledger.keep_best(best)
+    budget = session.budget
+    # THEN exploring keeps back the least two rounds (5 s + 5 s each), a second look the six that come nearest
+    assert budget.confirmation_s() == 20.0
+    assert budget.confirmation_s(untellable=RESERVE_MAX_ROUNDS) == 60.0
+    # AND at 40 s a duel fits beside the two, not beside the six
+    clock.now = 40.0
+    assert budget.affordable(2) and not budget.affordable(2, yielding=True)
+
+
 def test_an_ablation_pair_is_reckoned_at_least_at_what_the_pairs_beside_the_best_took():
     # GIVEN hf_transformer's shape at two minutes: probes alone take 4 s, and the compiled best's pair beside the
     # best before it took 22 s a side (compiling); the budget stopped an ablation pair reckoned at 12 s 22.5 s in

@@ -24,7 +24,8 @@ from ..probe.spec import Protocol
 from . import ablation, pairing
 from .compare import DUEL_MAX_S
 from .ratios import plain_wall
-from .confirm import CONFIRM_GRACE, CONFIRM_RESERVE, CONFIRM_TURN_WINDOW_S, ROUND_ROLES, reserve_s, rounds_to_tell
+from .confirm import (CONFIRM_GRACE, CONFIRM_MIN_ROUNDS, CONFIRM_RESERVE, CONFIRM_TURN_WINDOW_S, RESERVE_MAX_ROUNDS,
+                      ROUND_ROLES, reserve_s, rounds_to_tell)
 from .keep import DUEL_ROLE
 from .ledger import ProbeLedger
 
@@ -158,14 +159,18 @@ class Budget:
         return sum(whole) / len(whole) if whole else None
 
     def affordable(self, probes: int = 1, extra_s: float = 0.0, within: float = 1.0,
-                   confirming: bool = False) -> bool:
+                   confirming: bool = False, yielding: bool = False) -> bool:
         """Whether `probes` more (costing `extra_s` beyond typical probes: compilation), and then the
         confirmation, fit in what is left of the budget (of its first `within` share, for work the plan does only
         while the budget is ample). `confirming`: count a confirmation even while nothing is to confirm yet (the
-        probes asked about would make one: a ladder's rungs that win)."""
+        probes asked about would make one: a ladder's rungs that win). `yielding`: work that yields to the
+        confirmation of a kept gain too small for CONFIRM_MIN_ROUNDS to tell, counting the rounds that could, up to
+        RESERVE_MAX_ROUNDS (a second look: one 1-minute varlen_transformer run spent 25 s on four more duels of
+        the fused optimizer at 1.03x beside its kept batch 64, whose confirmation then read 1.10x [1.00, 1.23] in
+        the three rounds left and kept the baseline; its run before confirmed batch 64 in four)."""
         if self.limit_s is None:
             return True
-        confirmation = self.confirmation_s()
+        confirmation = self.confirmation_s(untellable=RESERVE_MAX_ROUNDS if yielding else CONFIRM_MIN_ROUNDS)
         if confirming:
             confirmation = max(confirmation, CONFIRM_RESERVE * self.typical_probe_s())
         needed = probes * self.typical_probe_s() + extra_s + confirmation
@@ -190,13 +195,14 @@ class Budget:
         left = self.time_left(role)
         return probe_limits(role, None if left is None else max(left, MIN_PROBE_S))
 
-    def confirmation_s(self, ablations: int = 0) -> float:
+    def confirmation_s(self, ablations: int = 0, untellable: int = CONFIRM_MIN_ROUNDS) -> float:
         """What the end of the plan will take: `ablations` ablation pairs and the confirmation's least rounds of
         the baseline against the current best, those that could tell the gain the search kept it on from noise
         (`confirm.reserve_s`, `confirm.rounds_to_tell`; further rounds and the runs alone only where
         time is left then). Exploring keeps back the confirmation alone: the ablation measures what time is left
         after it, and where none is, the search's own measures of each knob decide (planner/ablation.py); a
-        1-minute cnn run held back three ablation pairs (17 s) while amp, channels_last and a batch ladder waited."""
+        1-minute cnn run held back three ablation pairs (17 s) while amp, channels_last and a batch ladder waited.
+        `untellable`: the rounds kept back for a gain too small for RESERVE_MAX_ROUNDS to tell."""
         base = self.ledger.baseline
         if base is None:
             return CONFIRM_RESERVE * self.typical_probe_s()
@@ -209,7 +215,7 @@ class Budget:
             return 0.0
         confirming = reserve_s(pairing.pairs(self.backend, base, best, pairing.computes_loading(base)),
                                self.fresh_parent_s, base, best,
-                               rounds_to_tell(self.ledger.kept_gain(best)), self.round_pair_s(best))
+                               rounds_to_tell(self.ledger.kept_gain(best), untellable), self.round_pair_s(best))
         return confirming + self.ablation_pair_s() * ablations
 
     def loader_wait_s(self, settings: dict[str, Any]) -> float | None:

@@ -321,20 +321,20 @@ def _profile_s(base: ProbeResult) -> float:
     return base.extra.get("profile_wall_s") or 0.0
 
 
-def rounds_to_tell(gain: float | None) -> int:
+def rounds_to_tell(gain: float | None, untellable: int = CONFIRM_MIN_ROUNDS) -> int:
     """The rounds a confirmation of `gain` needs at least: the fewest whose Student's t interval, at ROUND_SPREAD
     pooled with the rounds' own degrees of freedom (`_pooled_spread`), clears 1 around that centre with
     CONFIRM_POWER_Z to spare, up to RESERVE_MAX_ROUNDS: one round from about 1.34x (its interval rests on
-    ROUND_SPREAD alone), two from 1.21x; CONFIRM_MIN_ROUNDS where not even those could (a gain that small is better
-    served by the time exploring) or the gain is not known (nan, None). A 1-minute io_bound run kept 32 loader
+    ROUND_SPREAD alone), two from 1.21x; `untellable` (CONFIRM_MIN_ROUNDS) where not even those could (a gain
+    that small is better served by the time exploring) or the gain is not known (nan, None). A 1-minute io_bound run kept 32 loader
     workers at 11.24x, held back two rounds in turn (22 s of its 60), and left persistent workers (1.9x more)
     "over budget"."""
     if gain is None or not gain > 1.0:
-        return CONFIRM_MIN_ROUNDS
+        return untellable
     for n in range(1, RESERVE_MAX_ROUNDS + 1):
         if (stats.t95(n - 1 + ROUND_SPREAD_DF) + CONFIRM_POWER_Z) * ROUND_SPREAD / np.sqrt(n) < np.log(gain):
             return n
-    return CONFIRM_MIN_ROUNDS
+    return untellable
 
 
 def _kind(paired: bool, base: ProbeResult, winner: ProbeResult) -> tuple[bool, bool]:

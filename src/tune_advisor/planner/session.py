@@ -208,7 +208,8 @@ class Session:
             # past MAX_DUELS: in the budget's first half only, but for a second look (nothing else is left to spend
             # the budget on but the confirmation, whose reserve `affordable` keeps)
             within = 1.0 if asked < MAX_DUELS or second_look else 0.5
-            if not self.budget.affordable(2, extra_s=again_s, within=within):
+            # a second look yields to the rounds a small kept gain's confirmation needs (Budget.affordable)
+            if not self.budget.affordable(2, extra_s=again_s, within=within, yielding=second_look):
                 break
             a, b = self.duel(reference, candidate, first=sum(map(len, ledger.duels.values())) % 2)  # alternate
             if not (a.ok and b.ok):
