@@ -25,6 +25,18 @@ def first_tried(backend, name):
     return list(dict.fromkeys(c[name] for c in backend.calls))
 
 
+def kept_over_baseline(backend, budget_s, clock, change):
+    """A session whose plan measured the baseline (batch 16) and kept `change` on top of it, as the search keeps a
+    change: (session, baseline, best)."""
+    session = Session(backend, budget_s, clock=clock)
+    base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
+    session.ledger.start_from(base)
+    best = session.run({**base.settings, **change}, f"ladder:{next(iter(change))}")
+    session.ledger.note_keep(base, best, compare.gain(session.ledger, base, best))
+    session.ledger.keep_best(best)
+    return session, base, best
+
+
 def test_combines_every_real_gain_and_confirms_it():
     # GIVEN a CNN where bf16, channels_last and a batch of 64 each pay
     outcome, backend = run_plan(cnn_rate)
@@ -270,13 +282,8 @@ def test_a_gain_one_round_tells_from_the_noise_keeps_back_one_round_and_confirms
     # GIVEN loader workers kept at 10x over the baseline (measured in turn), and a budget that holds one round of
     # the confirmation after them, not two
     clock = FakeClock()
-    session = Session(FakeBackend(lambda s: 10_000.0 if s["num_workers"] else 1_000.0, clock=clock), 60.0,
-                      clock=clock)
-    base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
-    session.ledger.start_from(base)
-    workers = session.run({**base.settings, "num_workers": 8}, "ladder:num_workers")
-    session.ledger.note_keep(base, workers, compare.gain(session.ledger, base, workers))
-    session.ledger.keep_best(workers)
+    session, base, workers = kept_over_baseline(
+        FakeBackend(lambda s: 10_000.0 if s["num_workers"] else 1_000.0, clock=clock), 60.0, clock, {"num_workers": 8})
     one = reserve_s(False, session.budget.fresh_parent_s, base, workers, 1)
     # THEN the plan keeps back one round for it, not two
     assert session.budget.confirmation_s() == pytest.approx(one)
@@ -2077,13 +2084,8 @@ def test_a_second_look_yields_to_the_rounds_a_small_kept_gain_needs():
 
     # GIVEN batch 32 kept at 1.08x over the baseline (too small for six rounds to tell), 5 s probes
     clock = FakeClock()
-    session = Session(FakeBackend(lambda s: 1080.0 if s["batch_size"] == 32 else 1000.0, wall_s=5.0), budget_s=100.0,
-                      clock=clock)
-    base = session.run(knobs.full_settings({"batch_size": 16}), "baseline")
-    session.ledger.start_from(base)
-    best = session.run({**base.settings, "batch_size": 32}, "ladder:batch_size")
-    session.ledger.note_keep(base, best, compare.gain(session.ledger, base, best))
-    session.ledger.keep_best(best)
+    session, _, _ = kept_over_baseline(FakeBackend(lambda s: 1080.0 if s["batch_size"] == 32 else 1000.0, wall_s=5.0),
+                                       100.0, clock, {"batch_size": 32})
     budget = session.budget
     # THEN exploring keeps back the least two rounds (5 s + 5 s each), a second look the six that come nearest
     assert budget.confirmation_s() == 20.0

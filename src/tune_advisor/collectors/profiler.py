@@ -48,7 +48,7 @@ DENSE_KERNELS = re.compile(r"gemm|conv|xmma|cutlass|flash|fmha|attention|wgrad|d
 STEP_PREFIX = "ProfilerStep#"
 # torch.optim's annotation of each optimizer.step() (also "Optimizer.step#SGD.step", ...): what a fused optimizer
 # could shorten. Its share of a step ranked the fused optimizer's prospect on the shipped fixtures as their probes
-# measured it (Intel Xeon, 2 cores): tiny_batch_mlp 82% of the compute, raw_sensor_mlp 35%, augment_cpu 34% (its
+# measured it (Intel Xeon, 2 cores): tiny_batch_mlp 83% of the compute, raw_sensor_mlp 35%, augment_cpu 33% (its
 # step mostly waits for data), varlen_transformer and lstm_collate 11-13%, hf_transformer 7%, cnn 3%.
 OPTIMIZER_PREFIX = "Optimizer.step#"
 
